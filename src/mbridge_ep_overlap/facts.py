@@ -1,0 +1,160 @@
+"""Read a Megatron-Bridge ``ConfigContainer`` the way its finalize will interpret it.
+
+Contract
+--------
+``Facts`` derives, once, every value the rules read, *before* MB finalizes the config, so that a
+check made early agrees with what ``runtime_config_update`` will do later:
+
+* the overlap / delayed-wgrad flags come from ``cfg.comm_overlap`` when it exists (its resolved
+  value is copied onto the model at setup, overwriting a model-only setting), from the frozen
+  ``user_comm_overlap_cfg`` snapshot once ``finalize()`` ran, else from the model;
+* precision comes from ``cfg.mixed_precision`` (a recipe's ``"bf16_mixed"`` string is resolved
+  with MB's own table); ``model.bf16`` is only consulted when no mixed precision is set;
+* environment variables resolve as MB applies them: the launcher's value wins over
+  ``cfg.env_vars`` (MB uses ``os.environ.setdefault``);
+* world size and microbatch count come from the described environment, else ``WORLD_SIZE``.
+
+It never mutates the config.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .environment import ClusterEnvironment
+
+_MISSING = object()
+
+
+def get_path(obj: Any, path: str, default: Any = None) -> Any:
+    """``get_path(cfg, "model.recompute_method")``; ``env_vars.NAME`` indexes the dict."""
+    for part in path.split("."):
+        if obj is None:
+            return default
+        if isinstance(obj, dict):
+            obj = obj.get(part, default)
+        else:
+            obj = getattr(obj, part, default)
+    return obj
+
+
+def set_path(obj: Any, path: str, value: Any) -> None:
+    head, _, last = path.rpartition(".")
+    parent = get_path(obj, head) if head else obj
+    if isinstance(parent, dict):
+        parent[last] = value
+    else:
+        setattr(parent, last, value)
+
+
+def _comm_overlap_flag(cfg: Any, name: str) -> bool:
+    co = getattr(cfg, "comm_overlap", None)
+    if co is None:
+        return bool(getattr(cfg.model, name, False))
+    snapshot = getattr(co, "user_comm_overlap_cfg", None)
+    if snapshot is not None:
+        value = getattr(snapshot, name, None)
+    else:
+        value = getattr(co, name, None)
+    # MB resolves None to False and then writes it onto the model.
+    return bool(value)
+
+
+def resolve_precision(cfg: Any) -> str:
+    """"bf16", "fp16" or "fp32" as the model will be after MB applies mixed precision."""
+    mp = getattr(cfg, "mixed_precision", None)
+    if isinstance(mp, str):
+        from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+        mp = get_mixed_precision_config(mp)
+    source = mp if mp is not None else cfg.model
+    if getattr(source, "bf16", False):
+        return "bf16"
+    if getattr(source, "fp16", False):
+        return "fp16"
+    return "fp32"
+
+
+def accepts_schedule_plan(func: Callable) -> bool:
+    """Whether a forward-step function can serve MCore's combined-1F1B schedule."""
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+    return "return_schedule_plan" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+@dataclass
+class Facts:
+    cfg: Any
+    env: ClusterEnvironment
+    forward_step_func: Callable | None = None
+    overlap: bool = field(init=False)
+    delay_wgrad: bool = field(init=False)
+    precision: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.overlap = _comm_overlap_flag(self.cfg, "overlap_moe_expert_parallel_comm")
+        self.delay_wgrad = _comm_overlap_flag(self.cfg, "delay_wgrad_compute")
+        self.precision = resolve_precision(self.cfg)
+
+    def model(self, name: str, default: Any = None) -> Any:
+        return getattr(self.cfg.model, name, default)
+
+    @property
+    def dispatcher(self) -> str:
+        return self.model("moe_token_dispatcher_type")
+
+    @property
+    def flex_backend(self) -> str | None:
+        return self.model("moe_flex_dispatcher_backend") if self.dispatcher == "flex" else None
+
+    def env_var(self, name: str) -> str | None:
+        """The value the training process will see: launcher/described env first, then cfg.env_vars."""
+        if name in self.env.env_vars:
+            return str(self.env.env_vars[name])
+        if self.env.source == "probed" and name in os.environ:
+            return os.environ[name]
+        value = (getattr(self.cfg, "env_vars", None) or {}).get(name)
+        return None if value is None else str(value)
+
+    @property
+    def world_size(self) -> int | None:
+        if self.env.world_size:
+            return self.env.world_size
+        ws = os.environ.get("WORLD_SIZE")
+        return int(ws) if ws else None
+
+    @property
+    def data_parallel_size(self) -> int | None:
+        ws = self.world_size
+        if ws is None:
+            return None
+        m = self.cfg.model
+        denom = m.tensor_model_parallel_size * m.pipeline_model_parallel_size * (m.context_parallel_size or 1)
+        return ws // denom if denom and ws % denom == 0 else None
+
+    @property
+    def num_microbatches(self) -> int | None:
+        dp = self.data_parallel_size
+        train = getattr(self.cfg, "train", None)
+        if dp is None or train is None or not train.global_batch_size or not train.micro_batch_size:
+            return None
+        return train.global_batch_size // (train.micro_batch_size * dp)
+
+    def cuda_graph_modules(self) -> list[str]:
+        from megatron.bridge.utils.cuda_graph import cuda_graph_module_names
+
+        if self.model("cuda_graph_impl", "none") == "none":
+            return []
+        return cuda_graph_module_names(self.cfg.model)
+
+    @property
+    def te_usable(self) -> bool | None:
+        """True/False when known; None when the target's TE is unknown."""
+        if self.env.te_version is None:
+            return None
+        return bool(self.env.te_version)
