@@ -7,9 +7,9 @@ Public API (everything else is internal):
     EPOverlapError, Violation, Severity, OverlapPlan, ClusterEnvironment, describe, probe
 """
 
-from . import te_compat as _te_compat
+from . import import_shims as _import_shims
 
-_te_compat.install()  # no-op when real Transformer Engine imports; see te_compat's contract
+_import_shims.install()  # only for missing TE / NVRx, only for MB's two import sites; see its contract
 
 from .check import check_ep_overlap  # noqa: E402
 from .enable import enable_ep_overlap  # noqa: E402

@@ -21,7 +21,25 @@ from .rules import RULES, Rule
 class Report:
     violations: list[Violation] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)
+    passed: list[str] = field(default_factory=list)
+    not_applicable: list[str] = field(default_factory=list)
     facts: Facts | None = None
+
+    def status_rows(self) -> list[tuple[str, str, str]]:
+        """(rule id, status, detail) for every rule, in table order."""
+        failed = {v.rule_id: v for v in self.violations}
+        rows = []
+        for rule in RULES:
+            if rule.id in failed:
+                v = failed[rule.id]
+                rows.append((rule.id, v.severity.value.upper(), f"{v.field} = {v.current!r}; required {v.required}"))
+            elif rule.id in self.not_checked:
+                rows.append((rule.id, "not checked", "a fact it needs is unknown here"))
+            elif rule.id in self.passed:
+                rows.append((rule.id, "pass", rule.required))
+            else:
+                rows.append((rule.id, "n/a", f"applies when {rule.when}"))
+        return rows
 
     @property
     def errors(self) -> list[Violation]:
@@ -54,11 +72,12 @@ def evaluate(
     report = Report(facts=facts)
     for rule in RULES:
         if not rule.applies(facts):
-            continue
-        if not rule.needs(facts):
+            report.not_applicable.append(rule.id)
+        elif not rule.needs(facts):
             report.not_checked.append(rule.id)
-            continue
-        if not rule.ok(facts):
+        elif rule.ok(facts):
+            report.passed.append(rule.id)
+        else:
             report.violations.append(violation_of(rule, facts))
     return report
 

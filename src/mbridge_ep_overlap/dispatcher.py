@@ -33,6 +33,32 @@ class Choice:
     reason: str
 
 
+def backend_supports_gpu(backend: str, gpu_name: str | None, major: int) -> bool:
+    """Megatron-Bridge 0.6.2's allow-lists (apply/validate_flex_dispatcher_backend), as data."""
+    if backend == "deepep":
+        return major in (8, 9) or (gpu_name or "").startswith(("NVIDIA B200", "NVIDIA B300"))
+    if backend == "hybridep":
+        return major in (8, 9, 10)
+    if backend == "ncclep":
+        return major in (9, 10)
+    return True
+
+
+def usable_here(dispatcher: str, env: ClusterEnvironment) -> tuple[bool, str]:
+    """Doctor's verdict: can ``dispatcher`` run EP overlap on ``env``, and why (not)."""
+    if not env.has_gpu:
+        return False, "no CUDA GPU visible"
+    if dispatcher == "alltoall":
+        return True, "NCCL all-to-all, every GPU"
+    if not backend_supports_gpu(dispatcher, env.gpu_name, env.compute_capability[0]):
+        return False, f"{env.gpu_name} is outside the {dispatcher} GPU allow-list (MB would fall back to alltoall)"
+    if not env.deep_ep_version:
+        return False, "deep_ep is not importable (build DeepEP: scripts/gpu/build_deepep.sh)"
+    if dispatcher == "hybridep" and not env.hybrid_ep_available:
+        return False, f"deep_ep {env.deep_ep_version} has no HybridEPBuffer (build DeepEP's hybrid-ep branch)"
+    return True, f"deep_ep {env.deep_ep_version} on {env.gpu_name}"
+
+
 def validate_name(dispatcher: str) -> str:
     if dispatcher not in DISPATCHERS:
         raise UsageError("dispatcher", dispatcher, DISPATCHERS)

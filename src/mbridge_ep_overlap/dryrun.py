@@ -3,7 +3,7 @@
 Contract: ``finalize_for(cfg, env)`` runs MB's ``runtime_config_update(cfg)`` with only the
 hardware faked (``environment.simulate``: GPU properties and world size) and returns the
 finalized EP-overlap fields. When Transformer Engine is not installed on *this* machine and the
-config uses TE-only features, those are switched off first (``te_compat.without_te``) and every
+config uses TE-only features, those are switched off first (``without_te`` below) and every
 such change is returned, so the user sees exactly what differs from a run on the real cluster;
 EP-overlap fields are never touched by that step. Errors from finalize propagate unchanged
 (ours are ``EPOverlapError``).
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .environment import ClusterEnvironment, simulate
-from .te_compat import real_te_available, without_te
+from .import_shims import real_te_available
 
 SUMMARY_FIELDS = (
     ("overlap_moe_expert_parallel_comm", "model.overlap_moe_expert_parallel_comm"),
@@ -63,3 +63,51 @@ def finalize_for(cfg: Any, env: ClusterEnvironment, *, adapt_missing_te: bool = 
     with simulate(env):
         runtime_config_update(cfg)
     return FinalizeResult(summarize(cfg), adaptations)
+
+# Fields that need Transformer Engine at finalize or model build, and their TE-free values.
+# Used only to *dry-run* a production recipe's finalize on a machine without TE (CPU login
+# nodes, CI); every change is reported to the user. None of them is an EP-overlap field.
+TE_ONLY_MODEL_FIELDS = {
+    "transformer_impl": "local",
+    "moe_permute_fusion": False,
+    "moe_router_fusion": False,
+    "apply_rope_fusion": False,
+    "gradient_accumulation_fusion": False,
+    "persist_layer_norm": False,
+    "cross_entropy_loss_fusion": False,
+    "cross_entropy_fusion_impl": "native",
+    "use_te_rng_tracker": False,
+    "cuda_graph_impl": "none",
+    "use_transformer_engine_full_layer_spec": False,
+    "use_transformer_engine_op_fuser": False,
+}
+
+
+def without_te(cfg) -> list[tuple[str, object, object]]:
+    """Switch a config's TE-only features off in place; return ``(path, old, new)`` for each change."""
+    import torch
+    from megatron.bridge.models.gpt_provider import local_layer_spec
+
+    changes = []
+
+    def set_(obj, prefix, name, value):
+        if hasattr(obj, name) and getattr(obj, name) != value:
+            changes.append((f"{prefix}.{name}", getattr(obj, name), value))
+            setattr(obj, name, value)
+
+    for name, value in TE_ONLY_MODEL_FIELDS.items():
+        set_(cfg.model, "model", name, value)
+    if getattr(cfg.model, "transformer_layer_spec", None) is not local_layer_spec:
+        changes.append(("model.transformer_layer_spec", cfg.model.transformer_layer_spec, local_layer_spec))
+        cfg.model.transformer_layer_spec = local_layer_spec
+    opt = cfg.optimizer
+    if getattr(opt, "use_precision_aware_optimizer", False):
+        set_(opt, "optimizer", "use_precision_aware_optimizer", False)
+        for name in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+            set_(opt, "optimizer", name, torch.float32)
+    if cfg.comm_overlap is not None:
+        set_(cfg.comm_overlap, "comm_overlap", "tp_comm_overlap", False)
+        snapshot = getattr(cfg.comm_overlap, "user_comm_overlap_cfg", None)
+        if snapshot is not None:
+            set_(snapshot, "comm_overlap.user_comm_overlap_cfg", "tp_comm_overlap", False)
+    return changes

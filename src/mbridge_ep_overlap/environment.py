@@ -118,7 +118,7 @@ def _dist_version(*names: str) -> str:
 
 
 def _te_version() -> str:
-    from .te_compat import real_te_available
+    from .import_shims import real_te_available
 
     return _dist_version("transformer-engine", "transformer_engine") or "unknown" if real_te_available() else ""
 

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from packaging.version import Version
 
+from .dispatcher import backend_supports_gpu
 from .errors import Severity
 from .facts import Facts, accepts_schedule_plan, get_path
 
@@ -39,9 +40,6 @@ DELAY = "delayed wgrad on"
 OVERLAP_FLEX = "overlap on with the flex dispatcher"
 ALWAYS = "always"
 
-DEEPEP_MAJORS = (8, 9)
-DEEPEP_NAME_PREFIXES = ("NVIDIA B200", "NVIDIA B300")
-HYBRIDEP_MAJORS = (8, 9, 10)
 
 
 @dataclass(frozen=True)
@@ -122,15 +120,7 @@ def _choose_vpp(f: Facts) -> list[tuple[str, Any]]:
 
 
 def _flex_gpu_ok(f: Facts) -> bool:
-    major = f.env.compute_capability[0]
-    backend = f.flex_backend
-    if backend == "deepep":
-        return major in DEEPEP_MAJORS or (f.env.gpu_name or "").startswith(DEEPEP_NAME_PREFIXES)
-    if backend == "hybridep":
-        return major in HYBRIDEP_MAJORS
-    if backend == "ncclep":
-        return major in (9, 10)
-    return True
+    return backend_supports_gpu(f.flex_backend, f.env.gpu_name, f.env.compute_capability[0])
 
 
 def _flex_importable(f: Facts) -> bool:

@@ -1,0 +1,126 @@
+"""Run-time evidence that EP overlap really ran: a Megatron-Bridge callback and a step wrapper.
+
+Contract
+--------
+* ``ScheduleProbe`` wraps the forward-step function given to MB's ``pretrain()`` and counts calls
+  made with ``return_schedule_plan=True`` - only MCore's combined-1F1B (overlapped) schedule makes
+  them - and wraps MCore's combined-1F1B schedule entry points to count their executions. Flags in
+  a config are not proof; these counters are.
+* ``RunRecorder`` is an MB ``Callback``: per training step it records loss, grad norm, skipped
+  flag and wall time (device-synchronised), and at the end writes one JSON summary (rank 0) with
+  the finalized EP-overlap fields, the counters and the peak GPU memory of every rank.
+It changes nothing in the training computation.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from megatron.bridge.training.callbacks import Callback
+
+from .dryrun import summarize
+
+
+class ScheduleProbe:
+    def __init__(self) -> None:
+        self.schedule_plan_calls = 0
+        self.combined_schedule_calls: dict[str, int] = {}
+        self._patched: list[tuple[Any, str, Any]] = []
+
+    def wrap_forward_step(self, forward_step: Callable) -> Callable:
+        @functools.wraps(forward_step)
+        def forward_step_with_probe(state, data_iterator, model, return_schedule_plan: bool = False):
+            if return_schedule_plan:
+                self.schedule_plan_calls += 1
+            return forward_step(state, data_iterator, model, return_schedule_plan=return_schedule_plan)
+
+        return forward_step_with_probe
+
+    def install(self) -> "ScheduleProbe":
+        from megatron.core.pipeline_parallel import schedules
+
+        for name in ("combined_1f1b_schedule_for_no_pipelining", "combined_1f1b_schedule_for_interleaved_pipelining"):
+            original = getattr(schedules, name, None)
+            if original is None:
+                continue
+            self.combined_schedule_calls[name] = 0
+
+            def counted(*args, __name=name, __original=original, **kwargs):
+                self.combined_schedule_calls[__name] += 1
+                return __original(*args, **kwargs)
+
+            setattr(schedules, name, counted)
+            self._patched.append((schedules, name, original))
+        return self
+
+    def uninstall(self) -> None:
+        for module, name, original in self._patched:
+            setattr(module, name, original)
+        self._patched.clear()
+
+
+class RunRecorder(Callback):
+    def __init__(self, summary_path: str | os.PathLike | None, probe: ScheduleProbe, meta: dict | None = None):
+        self.summary_path = Path(summary_path) if summary_path else None
+        self.probe = probe
+        self.meta = dict(meta or {})
+        self.steps: list[dict] = []
+        self._t0 = 0.0
+
+    def on_train_step_start(self, context) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+        self._t0 = time.perf_counter()
+
+    def on_train_step_end(self, context) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - self._t0
+        loss = None
+        if context.loss_dict:
+            value = context.loss_dict.get("lm loss", next(iter(context.loss_dict.values())))
+            loss = float(value.item() if hasattr(value, "item") else value)
+        grad_norm = context.grad_norm
+        self.steps.append(
+            {
+                "iteration": int(context.state.train_state.step),
+                "loss": loss,
+                "grad_norm": None if grad_norm is None else float(grad_norm),
+                "skipped": bool(context.skipped_iter),
+                "step_time_s": elapsed,
+                "finite": loss is not None and math.isfinite(loss),
+            }
+        )
+
+    def on_train_end(self, context) -> None:
+        import torch
+        import torch.distributed as dist
+
+        peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**30], device="cuda")
+        peaks = [torch.zeros_like(peak) for _ in range(dist.get_world_size())]
+        dist.all_gather(peaks, peak)
+        if dist.get_rank() != 0 or self.summary_path is None:
+            return
+        summary = {
+            **self.meta,
+            "finalized": {k: _plain(v) for k, v in summarize(context.state.cfg).items()},
+            "schedule_plan_calls": self.probe.schedule_plan_calls,
+            "combined_schedule_calls": dict(self.probe.combined_schedule_calls),
+            "world_size": dist.get_world_size(),
+            "peak_memory_gib_per_rank": [round(float(p.item()), 3) for p in peaks],
+            "steps": self.steps,
+        }
+        self.summary_path.parent.mkdir(parents=True, exist_ok=True)
+        self.summary_path.write_text(json.dumps(summary, indent=2))
+
+
+def _plain(value: Any) -> Any:
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)

@@ -1,0 +1,5 @@
+"""Log verifier (``mbridge-ep-overlap verify-log``): placeholder until the evidence issue lands."""
+
+
+def add_parser(sub) -> None:
+    return None

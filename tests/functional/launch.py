@@ -1,0 +1,83 @@
+"""torchrun launcher for the functional suite: hard timeout, per-rank logs, loud failures.
+
+``launch(name, nproc, args)`` runs ``scripts/run_script.py`` under ``torch.distributed.run`` with
+``--nproc_per_node nproc`` in its own process group, writes every rank's log under the run folder,
+kills the whole group on timeout, and returns a ``Run`` holding the return code, the rank logs and
+the evidence summary (``None`` when the run wrote none).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LOG_ROOT = Path(os.environ.get("EP_OVERLAP_LOG_DIR", REPO / "out" / "functional"))
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+@dataclass
+class Run:
+    name: str
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    folder: Path
+    summary: dict | None
+
+    def rank_logs(self) -> dict[str, str]:
+        logs = {}
+        for path in sorted(self.folder.rglob("*.log")):
+            logs[str(path.relative_to(self.folder))] = path.read_text(errors="replace")
+        return logs
+
+    def tail(self, lines: int = 40) -> str:
+        out = []
+        for name, text in self.rank_logs().items():
+            out.append(f"----- {name} (last {lines} lines) -----")
+            out += text.splitlines()[-lines:]
+        return "\n".join(out)
+
+    def describe_failure(self) -> str:
+        why = "timed out (possible hang)" if self.timed_out else f"exit code {self.returncode}"
+        return f"run {self.name!r} {why} after {self.seconds:.0f}s\n{self.tail()}"
+
+
+def launch(name: str, nproc: int, args: list[str], timeout_s: float = 420, env: dict | None = None) -> Run:
+    folder = LOG_ROOT / name
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.rglob("*"):
+        if old.is_file():
+            old.unlink()
+    summary_path = folder / "summary.json"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nproc_per_node", str(nproc), "--master_port", str(29500 + (abs(hash(name)) % 1000)),
+        "--log-dir", str(folder / "torchrun"), "--redirects", "3", "--tee", "3",
+        str(REPO / "scripts" / "run_script.py"),
+        *args,
+        "--output-dir", str(folder), "--summary-json", str(summary_path),
+    ]
+    full_env = {**os.environ, **(env or {}), **MULTICAST_OFF, "PYTHONUNBUFFERED": "1"}
+    start = time.monotonic()
+    with open(folder / "launcher.log", "w") as launcher_log:
+        launcher_log.write(" ".join(cmd) + "\n")
+        launcher_log.flush()
+        proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=launcher_log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    seconds = time.monotonic() - start
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+    return Run(name, proc.returncode, timed_out, seconds, folder, summary)
