@@ -80,6 +80,8 @@ def doctor_lines() -> list[str]:
         lines.append(f"env {k}={env.env_vars[k]}")
     if "CUDA_DEVICE_MAX_CONNECTIONS" not in env.env_vars:
         lines.append("env CUDA_DEVICE_MAX_CONNECTIONS unset (CUDA default 8; enable_ep_overlap puts 32 in cfg.env_vars)")
+    gap = dataset_helpers_gap()
+    lines.append(f"dataset helpers   : {'OK' if gap is None else 'PROBLEM: ' + gap}")
     lines.append("```")
     lines.append("dispatchers for EP overlap on this machine:")
     for d in DISPATCHERS[:-1]:
@@ -185,3 +187,22 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"mbridge-ep-overlap: error: {e}", file=sys.stderr)
         return 2
+
+
+def dataset_helpers_gap() -> str | None:
+    """MB's initialize runs ``make -C megatron/core/datasets``; the PyPI wheel has no Makefile there."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("megatron.core.datasets")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(list(spec.submodule_search_locations)[0])
+    if (folder / "Makefile").exists():
+        return None
+    prebuilt = any(folder.glob("helpers_cpp*.so"))
+    return (
+        f"{folder}/Makefile is missing: MB pretrain() exits at 'compiling dataset index builder'. Fix: "
+        + (f"printf 'default:\\n\\t@true\\n' > {folder}/Makefile  (helpers_cpp is prebuilt)" if prebuilt
+           else "install megatron-core from source, or build helpers_cpp")
+    )

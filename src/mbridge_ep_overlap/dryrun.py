@@ -11,10 +11,10 @@ EP-overlap fields are never touched by that step. Errors from finalize propagate
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .environment import ClusterEnvironment, simulate
+from .environment import ClusterEnvironment, _dist_version, simulate
 from .import_shims import real_te_available
 
 SUMMARY_FIELDS = (
@@ -59,7 +59,11 @@ def summarize(cfg: Any) -> dict[str, Any]:
 def finalize_for(cfg: Any, env: ClusterEnvironment, *, adapt_missing_te: bool = True) -> FinalizeResult:
     from megatron.bridge.training.config import runtime_config_update
 
-    adaptations = without_te(cfg) if adapt_missing_te and not real_te_available() else []
+    te_here = real_te_available()
+    adaptations = without_te(cfg) if adapt_missing_te and not te_here else []
+    if env.te_version is None:
+        # MB's finalize consults this machine's TE (is_te_min_version), so the rules must too.
+        env = replace(env, te_version=_dist_version("transformer-engine", "transformer_engine") if te_here else "")
     with simulate(env):
         runtime_config_update(cfg)
     return FinalizeResult(summarize(cfg), adaptations)

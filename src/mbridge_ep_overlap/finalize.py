@@ -80,11 +80,16 @@ def uninstall(cfg) -> None:
 
 def _define_container():
     from megatron.bridge.training.config import ConfigContainer
+    from megatron.bridge.utils.instantiate_utils import register_allowed_target_prefix
+
+    # MB only instantiates YAML `_target_`s under allowed prefixes; ours must load back.
+    register_allowed_target_prefix("mbridge_ep_overlap.")
 
     class EPOverlapConfigContainer(EPOverlapEnforcement, ConfigContainer):
         """A ``ConfigContainer`` whose finalize runs the EP-overlap rules first."""
 
     EPOverlapConfigContainer.__module__ = __name__
+    EPOverlapConfigContainer.__qualname__ = "EPOverlapConfigContainer"
     return EPOverlapConfigContainer
 
 

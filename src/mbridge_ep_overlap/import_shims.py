@@ -161,12 +161,29 @@ def installed() -> tuple[str, ...]:
     return tuple(s.package for s in finder.shims) if finder else ()
 
 
+def missing_packages() -> tuple[Shim, ...]:
+    """The shims whose real package does not import here (the ones ``install`` activates)."""
+    return tuple(s for s in SHIMS if not _real_package_imports(s))
+
+
 def install() -> tuple[str, ...]:
-    """Activate the shims whose real package is missing. Returns the active package names."""
+    """Activate the shims whose real package is missing. Returns the active package names.
+
+    The allowed importers are imported right here, and the placeholders purged right after, so a
+    placeholder never outlives this call in ``sys.modules`` (an import finds a cached module
+    before any finder is asked, so purging lazily would not be enough).
+    """
     if _finder() is None:
-        missing = tuple(s for s in SHIMS if not _real_package_imports(s))
+        missing = missing_packages()
         if missing:
             sys.meta_path.insert(0, _Finder(missing))
+            try:
+                for shim in missing:
+                    for importer in sorted(shim.importers):
+                        __import__(importer)
+            finally:
+                for shim in missing:
+                    _purge(shim.modules)
     return installed()
 
 

@@ -1,0 +1,46 @@
+"""Unit tests: CPU only, the real megatron-bridge / megatron-core, fake hardware only.
+
+Importing ``mbridge_ep_overlap`` first installs its import shims (TE and NVRx are not installed
+here). The hub is switched off for the whole session: recipes must build from shipped files.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+import mbridge_ep_overlap  # noqa: E402,F401
+from mbridge_ep_overlap.environment import describe  # noqa: E402
+from mbridge_ep_overlap.offline import offline_architectures  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _restore_environ():
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def _proxy_template():
+    from mbridge_ep_overlap_recipes.proxy import proxy_base
+
+    with offline_architectures():
+        return proxy_base()
+
+
+@pytest.fixture
+def proxy_cfg(_proxy_template):
+    """The proxy recipe's base config (overlap not yet on), a fresh copy per test."""
+    return copy.deepcopy(_proxy_template)
+
+
+@pytest.fixture
+def h100x2():
+    return describe("h100", 2, te_version="", deep_ep_version="")

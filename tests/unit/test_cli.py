@@ -1,0 +1,73 @@
+"""The mbridge-ep-overlap CLI: doctor, plan (the README's main job), recipes, usage errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mbridge_ep_overlap.cli import main
+
+
+def test_plan_default_recipe_accepted(capsys):
+    assert main(["plan"]) == 0
+    out = capsys.readouterr().out
+    assert "ACCEPTED with EP overlap on" in out
+    assert "overlap_moe_expert_parallel_comm: True" in out
+    assert "full-recompute" in out and "pass" in out
+
+
+def test_plan_json_is_machine_readable(capsys):
+    assert main(["plan", "--recipe", "qwen3_30b_a3b", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["accepted"] is True and data["finalized"]["expert_model_parallel_size"] == 16
+    assert {r["rule"] for r in data["rules"]} >= {"ep-size", "pp-needs-vpp"}
+
+
+def test_plan_refusal_exits_1_and_lists_violations(capsys):
+    code = main(["plan", "--set", "model.mtp_num_layers=2", "--set", "model.recompute_granularity=selective",
+                 "--set", "model.recompute_modules=[moe]"])
+    out = capsys.readouterr().out
+    assert code == 1 and "REFUSED" in out and "mtp-layers" in out and "moe-recompute" in out
+
+
+def test_plan_resolve_auto_fixes(capsys):
+    assert main(["plan", "--set", "model.mtp_num_layers=2", "--resolve", "auto"]) == 0
+    assert "resolve='auto': mtp-layers" in capsys.readouterr().out
+
+
+def test_plan_for_another_gpu(capsys):
+    assert main(["plan", "--recipe", "deepseek_v3", "--gpu", "gb200", "--num-gpus", "1024"]) == 1
+    assert "fell back from deepep to alltoall" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["plan", "--recipe", "nope"], "unknown recipe 'nope'"),
+        (["plan", "--gpu", "x100"], "invalid choice: 'x100'"),
+        (["plan", "--dispatcher", "magic"], "invalid choice: 'magic'"),
+        (["plan", "--set", "novalue"], "unknown --set value 'novalue'"),
+        (["plan", "--num-gpus", "0"], "--num-gpus"),
+        (["nosuch"], "invalid choice: 'nosuch'"),
+    ],
+)
+def test_bad_input_one_line_exit_2(argv, needle, capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        raise SystemExit(main(argv))
+    err = capsys.readouterr().err.strip()
+    assert excinfo.value.code == 2 and needle in err and len(err.splitlines()) == 1
+
+
+def test_doctor_block(capsys):
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    for key in ("megatron-core     : 0.19.2", "megatron-bridge   : 0.6.2", "transformer-engine: missing",
+                "deep_ep           : missing", "GPUs              : none visible", "NVSHMEM", "import shims"):
+        assert key in out
+    assert "deepep    NOT usable" in out
+
+
+def test_recipes_listing(capsys):
+    assert main(["recipes"]) == 0
+    assert "qwen3_moe_proxy" in capsys.readouterr().out

@@ -1,0 +1,198 @@
+"""enable_ep_overlap on real ConfigContainers: where flags land, atomicity, resolve modes, plan."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from mbridge_ep_overlap import EPOverlapError, UsageError, enable_ep_overlap
+from mbridge_ep_overlap.environment import describe, simulate
+from mbridge_ep_overlap.finalize import is_installed
+
+
+def finalize(cfg, env):
+    from megatron.bridge.training.config import runtime_config_update
+
+    with simulate(env):
+        runtime_config_update(cfg)
+    return cfg
+
+
+def snapshot(cfg):
+    """A deep, comparable picture of the whole config (callables by identity)."""
+    return copy.deepcopy(cfg.__dict__)
+
+
+def test_creates_comm_overlap_and_survives_setup(proxy_cfg, h100x2):
+    assert proxy_cfg.comm_overlap is None
+    plan = enable_ep_overlap(proxy_cfg, environment=h100x2)
+    assert proxy_cfg.comm_overlap.tp_comm_overlap is False
+    assert proxy_cfg.comm_overlap.overlap_moe_expert_parallel_comm is True
+    assert proxy_cfg.comm_overlap.delay_wgrad_compute is False
+    assert plan.change("comm_overlap").old is None
+    finalize(proxy_cfg, h100x2)
+    assert proxy_cfg.model.overlap_moe_expert_parallel_comm is True
+    assert proxy_cfg.model.delay_wgrad_compute is False
+
+
+def test_updates_the_snapshot_of_an_already_finalized_config(proxy_cfg, h100x2):
+    finalize(proxy_cfg, h100x2)  # no comm_overlap yet: overlap off
+    from megatron.bridge.training.comm_overlap import CommOverlapConfig
+
+    proxy_cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
+    proxy_cfg.comm_overlap.finalize()
+    enable_ep_overlap(proxy_cfg, environment=h100x2)
+    assert proxy_cfg.comm_overlap.user_comm_overlap_cfg.overlap_moe_expert_parallel_comm is True
+    finalize(proxy_cfg, h100x2)
+    assert proxy_cfg.model.overlap_moe_expert_parallel_comm is True
+
+
+def test_turns_shared_expert_overlap_off_and_keeps_delay_wgrad_opt_in(proxy_cfg, h100x2):
+    proxy_cfg.model.moe_shared_expert_intermediate_size = 512
+    proxy_cfg.model.moe_shared_expert_overlap = True
+    plan = enable_ep_overlap(proxy_cfg, environment=h100x2)
+    assert proxy_cfg.model.moe_shared_expert_overlap is False
+    assert plan.change("model.moe_shared_expert_overlap").new is False
+    assert proxy_cfg.comm_overlap.delay_wgrad_compute is False
+
+
+def test_env_vars_never_override_the_user(proxy_cfg, h100x2):
+    proxy_cfg.env_vars = {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}
+    plan = enable_ep_overlap(proxy_cfg, environment=h100x2)
+    assert proxy_cfg.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
+    assert plan.env_vars_kept == {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}
+    cfg2 = copy.deepcopy(proxy_cfg)
+    cfg2.env_vars = {}
+    enable_ep_overlap(cfg2, environment=h100x2, cuda_device_max_connections=16)
+    assert cfg2.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "16"
+
+
+def test_conflicts_raise_all_at_once_and_leave_cfg_unchanged(proxy_cfg, h100x2):
+    m = proxy_cfg.model
+    m.recompute_granularity, m.recompute_method, m.recompute_num_layers = "full", "uniform", 1
+    m.mtp_num_layers = 2
+    proxy_cfg.mixed_precision = None
+    m.bf16 = False  # the Qwen3 provider is bf16 by itself (HF torch_dtype)
+    before = snapshot(proxy_cfg)
+    with pytest.raises(EPOverlapError) as excinfo:
+        enable_ep_overlap(proxy_cfg, environment=h100x2)
+    ids = {v.rule_id for v in excinfo.value.violations}
+    assert {"full-recompute", "recompute-method", "recompute-num-layers", "mtp-layers", "precision"} <= ids
+    for v in excinfo.value.violations:
+        if v.severity.value == "error":
+            assert f"{v.rule_id}: " in str(excinfo.value)
+    assert snapshot(proxy_cfg) == before
+    assert not is_installed(proxy_cfg)
+
+
+def test_resolve_auto_applies_documented_fixes_and_records_them(proxy_cfg, h100x2):
+    m = proxy_cfg.model
+    m.recompute_granularity, m.recompute_method, m.recompute_num_layers = "full", "uniform", 1
+    m.recompute_modules = ["moe", "core_attn"]
+    proxy_cfg.mixed_precision = None
+    m.bf16 = False  # the Qwen3 provider is bf16 by itself (HF torch_dtype)
+    plan = enable_ep_overlap(proxy_cfg, resolve="auto", environment=h100x2)
+    assert (m.recompute_granularity, m.recompute_method, m.recompute_num_layers) == (None, None, None)
+    assert m.recompute_modules == ["core_attn"]
+    assert proxy_cfg.mixed_precision == "bf16_mixed"
+    reasons = " ".join(c.reason for c in plan.changes)
+    assert "resolve='auto': full-recompute" in reasons and "resolve='auto': precision" in reasons
+    finalize(proxy_cfg, h100x2)
+    assert proxy_cfg.model.overlap_moe_expert_parallel_comm is True
+
+
+def test_pp_without_vpp_gets_a_vpp_only_with_auto(proxy_cfg):
+    env = describe("h100", 4, te_version="", deep_ep_version="")
+    proxy_cfg.model.pipeline_model_parallel_size = 2
+    with pytest.raises(EPOverlapError, match="pp-needs-vpp"):
+        enable_ep_overlap(proxy_cfg, environment=env)
+    plan = enable_ep_overlap(proxy_cfg, resolve="auto", environment=env)
+    assert proxy_cfg.model.virtual_pipeline_model_parallel_size == 2
+    assert plan.change("model.virtual_pipeline_model_parallel_size").new == 2
+    finalize(proxy_cfg, env)
+    assert proxy_cfg.model.overlap_moe_expert_parallel_comm is True
+
+
+def test_unfixable_conflict_raises_even_with_auto(proxy_cfg, h100x2):
+    proxy_cfg.model.expert_model_parallel_size = 1
+    before = snapshot(proxy_cfg)
+    with pytest.raises(EPOverlapError, match="ep-size"):
+        enable_ep_overlap(proxy_cfg, resolve="auto", environment=h100x2)
+    assert snapshot(proxy_cfg) == before
+
+
+def test_deepep_on_hopper_goes_through_mb_and_sets_flex(proxy_cfg, h100x2):
+    env = describe("h100", 2, te_version="", deep_ep_version="1.2.1")
+    plan = enable_ep_overlap(proxy_cfg, dispatcher="deepep", environment=env)
+    assert proxy_cfg.model.moe_token_dispatcher_type == "flex"
+    assert proxy_cfg.model.moe_flex_dispatcher_backend == "deepep"
+    assert "apply_flex_dispatcher_backend" in plan.change("model.moe_token_dispatcher_type").reason
+
+
+def test_mb_silent_fallback_is_refused_or_recorded(proxy_cfg):
+    gb200 = describe("gb200", 4, te_version="", deep_ep_version="1.2.1")
+    before = snapshot(proxy_cfg)
+    with pytest.raises(EPOverlapError, match="fell back from deepep to alltoall"):
+        enable_ep_overlap(proxy_cfg, dispatcher="deepep", environment=gb200)
+    assert snapshot(proxy_cfg) == before
+    plan = enable_ep_overlap(proxy_cfg, dispatcher="deepep", resolve="auto", environment=gb200)
+    assert plan.dispatcher == "alltoall"
+    assert proxy_cfg.model.moe_token_dispatcher_type == "alltoall"
+    assert any(w.rule_id == "flex-backend-gpu" for w in plan.warnings)
+
+
+def test_missing_deep_ep_is_refused_with_the_build_hint(proxy_cfg, h100x2):
+    with pytest.raises(EPOverlapError, match="flex-backend-importable"):
+        enable_ep_overlap(proxy_cfg, dispatcher="deepep", environment=h100x2)
+
+
+def test_hybridep_gets_topology_env(proxy_cfg):
+    env = describe("h100", 2, te_version="", deep_ep_version=None)
+    enable_ep_overlap(proxy_cfg, dispatcher="hybridep", environment=env)
+    assert proxy_cfg.env_vars["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] == "2"
+    assert proxy_cfg.env_vars["NVLINK_DOMAIN_SIZE"] == "8"
+    assert proxy_cfg.env_vars["USE_MNNVL"] == "0"
+
+
+@pytest.mark.parametrize(
+    "gpu,ep,deep_ep,expected",
+    [
+        ("h100", 2, "1.2.1", "alltoall"),
+        ("h100", 16, "1.2.1", "deepep"),
+        ("h100", 16, "", "alltoall"),
+        ("gb200", 16, "1.2.1", "hybridep"),
+        ("a100", 32, None, "alltoall"),
+    ],
+)
+def test_auto_dispatcher_choice(gpu, ep, deep_ep, expected):
+    from dataclasses import replace
+
+    from mbridge_ep_overlap.dispatcher import choose
+
+    env = describe(gpu, ep, deep_ep_version=deep_ep)
+    if gpu == "gb200":
+        env = replace(env, hybrid_ep_available=True)
+    choice = choose("auto", env, ep)
+    assert choice.dispatcher == expected and choice.reason.startswith("auto:")
+
+
+def test_plan_prints_as_table_and_json(proxy_cfg, h100x2):
+    plan = enable_ep_overlap(proxy_cfg, environment=h100x2)
+    table = plan.to_table()
+    assert "comm_overlap.overlap_moe_expert_parallel_comm" in table and "CUDA_DEVICE_MAX_CONNECTIONS=32" in table
+    data = json.loads(plan.to_json())
+    assert data["dispatcher"] == "alltoall"
+    assert {"path": "comm_overlap.overlap_moe_expert_parallel_comm", "old": None, "new": True,
+            "reason": "EP overlap requested"} in data["changes"]
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [({"dispatcher": "nccl"}, "dispatcher"), ({"resolve": "maybe"}, "resolve"),
+     ({"cuda_device_max_connections": 0}, "cuda_device_max_connections")],
+)
+def test_bad_arguments_name_value_and_allowed(proxy_cfg, h100x2, kwargs, match):
+    with pytest.raises(UsageError, match=match):
+        enable_ep_overlap(proxy_cfg, environment=h100x2, **kwargs)

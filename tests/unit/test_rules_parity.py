@@ -1,0 +1,227 @@
+"""One row, one test: each rule is shown against the real Megatron-Core / Megatron-Bridge finalize.
+
+For every rule a config is built that violates only that rule (on top of a base that violates
+none). ``check_ep_overlap`` must report exactly that rule, and MB's real ``runtime_config_update``
+(run with only the hardware, world size and - where a rule is about versions - the version probes
+faked) must reject the config with upstream's own message when the rule mirrors an upstream
+check, or accept it when the rule is one of ours (the silent failures upstream does not catch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Callable
+from unittest import mock
+
+import pytest
+from packaging.version import Version
+
+from mbridge_ep_overlap import check_ep_overlap
+from mbridge_ep_overlap.environment import describe, simulate
+from mbridge_ep_overlap.errors import Severity
+from mbridge_ep_overlap.rules import OURS, RULES, RULES_BY_ID
+
+BASE_WORLD = 16
+
+
+def base_config(cfg):
+    """Proxy at EP16 on 16 H100s, overlap on the way MB users set it, zero violations."""
+    from megatron.bridge.training.comm_overlap import CommOverlapConfig
+
+    cfg.model.expert_model_parallel_size = 16
+    cfg.train.global_batch_size = 2 * BASE_WORLD * 2  # MBS 2, DP 16 -> 2 microbatches
+    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False, overlap_moe_expert_parallel_comm=True)
+    return cfg
+
+
+def two_arg_forward_step(data_iterator, model):
+    raise NotImplementedError
+
+
+@dataclass
+class Case:
+    rule: str
+    mutate: Callable
+    env: dict = field(default_factory=dict)  # ClusterEnvironment overrides
+    te: str | None = None  # fake TE version seen by MB/MCore's is_te_min_version
+    torch_ok: bool = True
+    also: tuple[str, ...] = ()  # rules that cannot be violated apart from this one
+    forward_step: Callable | None = None
+
+
+def m(**fields):
+    def mutate(cfg):
+        for k, v in fields.items():
+            setattr(cfg.model, k, v)
+
+    return mutate
+
+
+def chain(*fns):
+    def mutate(cfg):
+        for fn in fns:
+            fn(cfg)
+
+    return mutate
+
+
+def co(**fields):
+    def mutate(cfg):
+        for k, v in fields.items():
+            setattr(cfg.comm_overlap, k, v)
+
+    return mutate
+
+
+def ddp(**fields):
+    def mutate(cfg):
+        for k, v in fields.items():
+            setattr(cfg.ddp, k, v)
+
+    return mutate
+
+
+def set_cfg(**fields):
+    def mutate(cfg):
+        for k, v in fields.items():
+            setattr(cfg, k, v)
+
+    return mutate
+
+
+def graphs(*modules):
+    return m(cuda_graph_impl="transformer_engine", cuda_graph_scope=list(modules))
+
+
+def flex(backend):
+    return m(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend=backend)
+
+
+def reverted_model_flag(cfg):
+    from megatron.bridge.training.comm_overlap import CommOverlapConfig
+
+    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
+    cfg.model.overlap_moe_expert_parallel_comm = True
+
+
+def stale_snapshot(cfg):
+    from megatron.bridge.training.comm_overlap import CommOverlapConfig
+
+    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
+    cfg.comm_overlap.finalize()  # what a first runtime_config_update does
+    cfg.comm_overlap.overlap_moe_expert_parallel_comm = True  # ignored by MB from now on
+
+
+DELAY = chain(co(delay_wgrad_compute=True), m(transformer_impl="transformer_engine"), ddp(overlap_grad_reduce=False))
+TE_KNOWN = {"te_version": "2.12.0"}
+
+CASES = [
+    Case("ep-size", m(expert_model_parallel_size=1)),
+    Case("num-experts", m(num_moe_experts=1)),
+    Case("dispatcher-type", m(moe_token_dispatcher_type="allgather")),
+    Case("precision", chain(set_cfg(mixed_precision=None), m(bf16=False, fp16=False))),
+    Case("torch-version", lambda cfg: None, env={"torch_version": "2.5.1"}, torch_ok=False),
+    Case("pp-needs-vpp", m(pipeline_model_parallel_size=2, expert_model_parallel_size=8)),
+    Case("full-recompute", m(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1),
+         also=("recompute-method", "recompute-num-layers")),
+    Case("recompute-method", m(recompute_granularity="selective", recompute_method="uniform")),
+    Case("recompute-num-layers", m(recompute_granularity="selective", recompute_num_layers=1)),
+    Case("moe-recompute", m(recompute_granularity="selective", recompute_modules=["moe"])),
+    Case("shared-expert-overlap", m(moe_shared_expert_intermediate_size=512, moe_shared_expert_overlap=True)),
+    Case("mtp-layers", m(mtp_num_layers=2)),
+    Case("cuda-graph-moe-scope", graphs("moe"), env=TE_KNOWN, te="2.12.0"),
+    Case("dispatch-backward-wgrad-exclusive", m(overlap_dispatch_backward_with_experts_wgrad=True), te="2.12.0"),
+    Case("delay-wgrad-needs-overlap", chain(DELAY, co(overlap_moe_expert_parallel_comm=False)), env=TE_KNOWN, te="2.12.0"),
+    Case("delay-wgrad-needs-te", chain(DELAY, m(transformer_impl="local")), env=TE_KNOWN, te="2.12.0"),
+    Case("delay-wgrad-te-grad-reduce", chain(DELAY, ddp(overlap_grad_reduce=True)), env={"te_version": "2.6.0"}, te="2.6.0"),
+    Case("delay-wgrad-te-grad-accum-fusion", chain(DELAY, m(gradient_accumulation_fusion=True)),
+         env={"te_version": "2.6.0"}, te="2.6.0"),
+    Case("delay-wgrad-te-partial-graph", chain(DELAY, graphs("moe_router")), env={"te_version": "2.9.0"}, te="2.9.0"),
+    Case("delay-wgrad-graph-te", chain(DELAY, graphs("attn"), m(gradient_accumulation_fusion=True)),
+         env={"te_version": "2.11.0"}, te="2.11.0"),
+    Case("delay-wgrad-graph-grad-accum-fusion", chain(DELAY, graphs("attn")), env=TE_KNOWN, te="2.12.0"),
+    Case("delay-wgrad-graph-attn-bias", chain(DELAY, graphs("attn"), m(gradient_accumulation_fusion=True, add_bias_linear=True)),
+         env=TE_KNOWN, te="2.12.0"),
+    Case("flex-backend-set", flex(None)),
+    Case("flex-backend-gpu", flex("deepep"), env={"gpu": "gb200"}),
+    Case("flex-backend-importable", flex("deepep"), env={"deep_ep_version": ""}),
+    Case("hybridep-nvlink-domain", chain(flex("hybridep"), set_cfg(env_vars={"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "4"}))),
+    Case("model-flag-reverted", reverted_model_flag),
+    Case("comm-overlap-snapshot-stale", stale_snapshot),
+    Case("microbatches", lambda cfg: setattr(cfg.train, "global_batch_size", 2 * BASE_WORLD)),
+    Case("forward-step-signature", lambda cfg: None, forward_step=two_arg_forward_step),
+    Case("cuda-device-max-connections", set_cfg(env_vars={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})),
+    Case("tested-versions", lambda cfg: None, env={"mcore_version": "0.18.0"}),
+    Case("small-ep-alltoall", m(expert_model_parallel_size=4), env={"num_gpus": 4}),
+]
+
+
+def environment(case: Case):
+    opts = dict(case.env)
+    gpu = opts.pop("gpu", "h100")
+    num_gpus = opts.pop("num_gpus", BASE_WORLD)
+    env = describe(gpu, num_gpus, te_version="", deep_ep_version=None)
+    return dataclasses.replace(env, **opts)
+
+
+def violated(cfg, env, forward_step=None, include_advice=False):
+    return {
+        v.rule_id
+        for v in check_ep_overlap(cfg, environment=env, forward_step_func=forward_step)
+        if include_advice or v.severity is not Severity.ADVICE
+    }
+
+
+def upstream_finalize(cfg, env, case: Case):
+    """MB's real finalize; fakes only hardware/world size and, where named, the version probes."""
+    from megatron.bridge.training.config import runtime_config_update
+
+    with ExitStack() as stack:
+        stack.enter_context(simulate(env))
+        if case.te is not None:
+            te_ok = lambda v, te=case.te: Version(te) >= Version(v)  # noqa: E731
+            stack.enter_context(mock.patch("megatron.bridge.training.comm_overlap.is_te_min_version", te_ok))
+            stack.enter_context(mock.patch("megatron.core.transformer.transformer_config.is_te_min_version", te_ok))
+        if not case.torch_ok:
+            stack.enter_context(mock.patch("megatron.bridge.training.comm_overlap.is_torch_min_version", lambda v: False))
+            stack.enter_context(
+                mock.patch("megatron.core.transformer.transformer_config.is_torch_min_version", lambda v: False)
+            )
+        runtime_config_update(cfg)
+
+
+def test_every_rule_has_a_case():
+    assert sorted(c.rule for c in CASES) == sorted(r.id for r in RULES)
+
+
+def test_base_config_violates_nothing_and_finalizes_with_overlap_on(proxy_cfg):
+    cfg = base_config(proxy_cfg)
+    env = describe("h100", BASE_WORLD, te_version="", deep_ep_version=None)
+    assert violated(cfg, env, include_advice=True) == set()
+    upstream_finalize(cfg, env, Case("base", lambda c: None))
+    assert cfg.model.overlap_moe_expert_parallel_comm is True
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.rule for c in CASES])
+def test_rule_matches_upstream(case: Case, proxy_cfg):
+    rule = RULES_BY_ID[case.rule]
+    cfg = base_config(proxy_cfg)
+    case.mutate(cfg)
+    env = environment(case)
+
+    found = violated(cfg, env, case.forward_step, include_advice=rule.severity is Severity.ADVICE)
+    assert found == {case.rule, *case.also}, f"expected only {case.rule}, got {found}"
+
+    if rule.upstream == OURS:
+        upstream_finalize(cfg, env, case)  # upstream accepts it: that is the gap this rule closes
+        if case.rule in ("model-flag-reverted", "comm-overlap-snapshot-stale"):
+            assert cfg.model.overlap_moe_expert_parallel_comm is False, "upstream silently turned overlap off"
+    else:
+        with pytest.raises((AssertionError, ValueError, TypeError)) as excinfo:
+            upstream_finalize(cfg, env, case)
+        assert re.search(rule.upstream_match, str(excinfo.value)), (
+            f"{case.rule}: upstream rejected it for another reason: {excinfo.value!r}"
+        )
