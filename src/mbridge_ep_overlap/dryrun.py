@@ -33,6 +33,7 @@ SUMMARY_FIELDS = (
     ("global_batch_size", "train.global_batch_size"),
     ("micro_batch_size", "train.micro_batch_size"),
     ("bf16", "model.bf16"),
+    ("seq_length", "model.seq_length"),
 )
 
 

@@ -8,7 +8,9 @@ Contract
   a config are not proof; these counters are.
 * ``RunRecorder`` is an MB ``Callback``: per training step it records loss, grad norm, skipped
   flag and wall time (device-synchronised), and at the end writes one JSON summary (rank 0) with
-  the finalized EP-overlap fields, the counters and the peak GPU memory of every rank.
+  the finalized EP-overlap fields, the counters and the peak GPU memory of every rank. With
+  ``profile_steps=(a, b)`` it runs the torch profiler (CUDA kernels) from step a to step b and
+  adds rank 0's kernel list and its ``trace.analyze`` overlap efficiency to the summary.
 It changes nothing in the training computation.
 """
 
@@ -66,17 +68,31 @@ class ScheduleProbe:
 
 
 class RunRecorder(Callback):
-    def __init__(self, summary_path: str | os.PathLike | None, probe: ScheduleProbe, meta: dict | None = None):
+    def __init__(
+        self,
+        summary_path: str | os.PathLike | None,
+        probe: ScheduleProbe,
+        meta: dict | None = None,
+        profile_steps: tuple[int, int] | None = None,
+    ):
         self.summary_path = Path(summary_path) if summary_path else None
         self.probe = probe
         self.meta = dict(meta or {})
         self.steps: list[dict] = []
+        self.profile_steps = profile_steps
+        self.profile: dict | None = None
         self._t0 = 0.0
+        self._profiler = None
+        self._window_t0 = 0.0
 
     def on_train_step_start(self, context) -> None:
         import torch
 
         torch.cuda.synchronize()
+        if self.profile_steps and len(self.steps) == self.profile_steps[0]:
+            self._profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+            self._profiler.__enter__()
+            self._window_t0 = time.perf_counter()
         self._t0 = time.perf_counter()
 
     def on_train_step_end(self, context) -> None:
@@ -99,6 +115,35 @@ class RunRecorder(Callback):
                 "finite": loss is not None and math.isfinite(loss),
             }
         )
+        if self._profiler is not None and len(self.steps) == self.profile_steps[1]:
+            self._finish_profile(time.perf_counter() - self._window_t0)
+
+    def _finish_profile(self, window_s: float) -> None:
+        import tempfile
+
+        import torch.distributed as dist
+
+        from .trace import analyze
+
+        self._profiler.__exit__(None, None, None)
+        iterations = self.profile_steps[1] - self.profile_steps[0]
+        if dist.get_rank() == 0:
+            with tempfile.TemporaryDirectory() as tmp:
+                raw = Path(tmp) / "trace.json"
+                self._profiler.export_chrome_trace(str(raw))
+                events = json.loads(raw.read_text()).get("traceEvents", [])
+            kernels = [
+                {"name": e["name"], "ts": e["ts"], "dur": e["dur"], "stream": e.get("args", {}).get("stream")}
+                for e in events
+                if e.get("cat") == "kernel" and "dur" in e
+            ]
+            self.profile = {
+                "steps": list(self.profile_steps),
+                "window_s": window_s,
+                "overlap_efficiency": analyze(kernels, iterations, window_s).to_dict(),
+                "kernel_count": len(kernels),
+            }
+        self._profiler = None
 
     def on_train_end(self, context) -> None:
         import torch
@@ -116,6 +161,7 @@ class RunRecorder(Callback):
             "combined_schedule_calls": dict(self.probe.combined_schedule_calls),
             "world_size": dist.get_world_size(),
             "peak_memory_gib_per_rank": [round(float(p.item()), 3) for p in peaks],
+            "profile": self.profile,
             "steps": self.steps,
         }
         self.summary_path.parent.mkdir(parents=True, exist_ok=True)

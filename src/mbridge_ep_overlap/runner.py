@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dryrun", action="store_true", help="finalize and write the resolved YAML; no training")
     p.add_argument("--output-dir", default="out/run_script", help="where the YAML / summary go")
     p.add_argument("--summary-json", default=None, help="training: write the evidence summary here")
+    p.add_argument("--profile-steps", default=None, metavar="A:B",
+                   help="training: profile CUDA kernels from step A to B (overlap efficiency in the summary)")
     p.add_argument("overrides", nargs="*", help="Hydra-style key=value overrides, applied last")
     return p
 
@@ -70,6 +72,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         if token.startswith("-"):
             parser.error(f"unrecognized argument {token!r}")
         args.overrides.append(token)
+    if args.profile_steps is not None:
+        a, sep, b = args.profile_steps.partition(":")
+        if not (sep and a.isdigit() and b.isdigit() and int(a) < int(b)):
+            parser.error(f"--profile-steps must be A:B with A < B, got {args.profile_steps!r}")
+        args.profile_steps = (int(a), int(b))
     for item in args.overrides:
         if "=" not in item or item.startswith("=") or item.startswith("-"):
             parser.error(f"malformed override {item!r}; expected key=value (e.g. train.train_iters=10)")
@@ -175,7 +182,7 @@ def train(cfg: Any, args: argparse.Namespace) -> int:
     summary = args.summary_json or os.path.join(args.output_dir, f"{args.recipe}.summary.json")
     meta = {"recipe": args.recipe, "ep_overlap": args.ep_overlap, "dispatcher_flag": args.dispatcher,
             "delay_wgrad": args.delay_wgrad, "overrides": args.overrides}
-    pretrain(cfg, step, callbacks=[RunRecorder(summary, probe, meta)])
+    pretrain(cfg, step, callbacks=[RunRecorder(summary, probe, meta, profile_steps=args.profile_steps)])
     probe.uninstall()
     return 0
 

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 def gpu_count() -> int:

@@ -13,8 +13,7 @@ import os
 
 import pytest
 
-from launch import launch
-
+from mbridge_ep_overlap.launch import launch
 from mbridge_ep_overlap.numerics import BF16_RTOL, compare_losses, losses_from_summary
 
 pytestmark = pytest.mark.gpu

@@ -1,9 +1,10 @@
-"""torchrun launcher for the functional suite: hard timeout, per-rank logs, loud failures.
+"""torchrun launcher shared by the functional suite and the benchmark: hard timeout, per-rank logs.
 
-``launch(name, nproc, args)`` runs ``scripts/run_script.py`` under ``torch.distributed.run`` with
-``--nproc_per_node nproc`` in its own process group, writes every rank's log under the run folder,
-kills the whole group on timeout, and returns a ``Run`` holding the return code, the rank logs and
-the evidence summary (``None`` when the run wrote none).
+Contract: ``launch(name, nproc, args, log_root=...)`` runs ``scripts/run_script.py`` under
+``torch.distributed.run --nproc_per_node nproc`` in its own process group, tees every rank's
+output to a log under ``log_root/name``, kills the whole group on timeout (a hang fails loudly
+instead of blocking), keeps NVLink multicast off in the child environment, and returns a ``Run``
+with the return code, the rank logs and the evidence summary (``None`` when none was written).
 """
 
 from __future__ import annotations
@@ -17,8 +18,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-LOG_ROOT = Path(os.environ.get("EP_OVERLAP_LOG_DIR", REPO / "out" / "functional"))
+def _repo_root() -> Path:
+    """The checkout holding scripts/run_script.py (the cwd of a GPU run, or this source tree)."""
+    for candidate in (Path.cwd(), *Path(__file__).resolve().parents):
+        if (candidate / "scripts" / "run_script.py").exists():
+            return candidate
+    raise FileNotFoundError("scripts/run_script.py not found: run from the mbridge_ep_overlap checkout")
+
+
+LOG_ROOT = Path(os.environ.get("EP_OVERLAP_LOG_DIR", "out/functional"))
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
@@ -49,8 +57,16 @@ class Run:
         return f"run {self.name!r} {why} after {self.seconds:.0f}s\n{self.tail()}"
 
 
-def launch(name: str, nproc: int, args: list[str], timeout_s: float = 420, env: dict | None = None) -> Run:
-    folder = LOG_ROOT / name
+def launch(
+    name: str,
+    nproc: int,
+    args: list[str],
+    timeout_s: float = 420,
+    env: dict | None = None,
+    log_root: Path | None = None,
+) -> Run:
+    repo = _repo_root()
+    folder = Path(log_root or LOG_ROOT) / name
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.rglob("*"):
         if old.is_file():
@@ -60,7 +76,7 @@ def launch(name: str, nproc: int, args: list[str], timeout_s: float = 420, env: 
         sys.executable, "-m", "torch.distributed.run",
         "--nproc_per_node", str(nproc), "--master_port", str(29500 + (abs(hash(name)) % 1000)),
         "--log-dir", str(folder / "torchrun"), "--redirects", "3", "--tee", "3",
-        str(REPO / "scripts" / "run_script.py"),
+        str(repo / "scripts" / "run_script.py"),
         *args,
         "--output-dir", str(folder), "--summary-json", str(summary_path),
     ]
@@ -69,7 +85,7 @@ def launch(name: str, nproc: int, args: list[str], timeout_s: float = 420, env: 
     with open(folder / "launcher.log", "w") as launcher_log:
         launcher_log.write(" ".join(cmd) + "\n")
         launcher_log.flush()
-        proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=launcher_log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, cwd=repo, env=full_env, stdout=launcher_log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         timed_out = False
         try:

@@ -1,0 +1,42 @@
+"""Benchmark bookkeeping on synthetic run summaries (no GPU): windows, speedup, parity, outputs."""
+
+from pathlib import Path
+
+import pytest
+
+from mbridge_ep_overlap.bench import compare_to_baseline, markdown, plot, run_bench, summarize_run
+from mbridge_ep_overlap.errors import UsageError
+
+
+def summary(times, losses, profile=None):
+    steps = [{"iteration": i, "loss": l, "skipped": False, "step_time_s": t} for i, (t, l) in enumerate(zip(times, losses))]
+    return {"steps": steps, "peak_memory_gib_per_rank": [10.0, 12.5], "finalized": {}, "profile": profile}
+
+
+PROFILE = {"steps": [5, 7], "overlap_efficiency": {"iterations": 2, "hidden_fraction": 0.8, "exposed_s": 0.2,
+                                                   "ideal_step_s": 0.9, "a2a_s": 1.0}}
+
+
+def test_steady_window_skips_warmup_and_profiled_steps():
+    r = summarize_run("off", "nvlink", summary([9, 9, 1, 2, 3, 50, 50], [5] * 7, PROFILE), warmup=2, tokens_per_step=600)
+    assert r.median_s == 2 and r.spread_s == (1, 3) and r.tokens_per_s == 300 and r.peak_gib == 12.5
+
+
+def test_speedup_and_parity_against_off_on_the_same_link(tmp_path: Path):
+    off = summarize_run("off", "throttled", summary([2, 2, 2, 2], [10.0, 9.0, 8.0, 7.0]), 1, 100)
+    on = summarize_run("overlap", "throttled", summary([2, 1.6, 1.6, 1.6], [10.0, 9.0, 8.0, 7.0], PROFILE), 1, 100)
+    bad = summarize_run("overlap:cdmc1", "throttled", summary([2, 1.9, 1.9, 1.9], [10.0, 9.0, 8.5, 7.0]), 1, 100)
+    results = [off, on, bad]
+    compare_to_baseline(results)
+    assert on.speedup == pytest.approx(1.25) and on.parity == "match"
+    assert bad.parity.startswith("MISMATCH")
+    table = markdown(results, "t")
+    assert "| throttled | overlap | 1.600 |" in table and "80%" in table
+    assert plot(results, tmp_path / "p.png") and (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_unknown_variant_or_link_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="variant"):
+        run_bench("qwen3_moe_proxy", 2, ["fast"], ["nvlink"], tmp_path)
+    with pytest.raises(UsageError, match="link"):
+        run_bench("qwen3_moe_proxy", 2, ["overlap"], ["infiniband"], tmp_path)
