@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Source me on an offline GPU node: installs .gpu-wheels/ (scripts/gpu/prepare_wheels.sh) and this
+# checkout into a private site folder, adds the megatron-core dataset-helper Makefile the wheel
+# lacks, and exports PYTHONPATH plus the multicast-off variables. Used by run_suite.sh and benchmarks.
+#   source scripts/gpu/env.sh
+SITE=${EP_OVERLAP_SITE:-/tmp/ep-overlap-site}
+mkdir -p "$SITE"
+# NVLink multicast stays off everywhere (shared hosts); keep any stricter value already set.
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1} \
+       NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1} PYTHONUNBUFFERED=1
+if [ -d .gpu-wheels ] && ls .gpu-wheels/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu-wheels/*.whl \
+    || { echo "gpu/env.sh: wheel install failed" >&2; return 1; }
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$SITE" . \
+  || { echo "gpu/env.sh: project install failed" >&2; return 1; }
+# The megatron-core 0.19.2 wheel ships the compiled dataset helpers but not their Makefile, and
+# MB's initialize always runs `make -C megatron/core/datasets` (exit 1 without a Makefile).
+# `mbridge-ep-overlap doctor` reports this gap; here we add the no-op Makefile it recommends.
+DS="$SITE/megatron/core/datasets"
+if [ ! -f "$DS/Makefile" ] && ls "$DS"/helpers_cpp*.so >/dev/null 2>&1; then
+  printf 'default:\n\t@echo "helpers_cpp is prebuilt in the megatron-core wheel"\n' > "$DS/Makefile"
+fi
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" EP_OVERLAP_LOG_DIR="${LOG_DIR:-${EP_OVERLAP_LOG_DIR:-out/functional}}"
