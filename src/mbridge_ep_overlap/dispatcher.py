@@ -53,7 +53,7 @@ def usable_here(dispatcher: str, env: ClusterEnvironment) -> tuple[bool, str]:
     if not backend_supports_gpu(dispatcher, env.gpu_name, env.compute_capability[0]):
         return False, f"{env.gpu_name} is outside the {dispatcher} GPU allow-list (MB would fall back to alltoall)"
     if not env.deep_ep_version:
-        return False, "deep_ep is not importable (build DeepEP: scripts/gpu/build_deepep.sh)"
+        return False, "deep_ep is not importable (not built here yet: README, section DeepEP)"
     if dispatcher == "hybridep" and not env.hybrid_ep_available:
         return False, f"deep_ep {env.deep_ep_version} has no HybridEPBuffer (build DeepEP's hybrid-ep branch)"
     return True, f"deep_ep {env.deep_ep_version} on {env.gpu_name}"

@@ -1,5 +1,166 @@
-"""Log verifier (``mbridge-ep-overlap verify-log``): placeholder until the evidence issue lands."""
+"""Log verifier: ``mbridge-ep-overlap verify-log LOG [LOG]`` reads MB training logs as a user would.
+
+Contract
+--------
+From a Megatron-Bridge training log (plain, or torchrun-prefixed ``[default0]:`` lines) it reads
+
+* the "Configuration Summary (Non-Default Values vs Megatron Core)" block: the overlap flag,
+  delayed wgrad, dispatcher type and flex backend (a field absent from the block has MCore's
+  default: overlap False, dispatcher 'allgather', backend 'deepep');
+* iteration lines: iteration, elapsed ms, lm loss, skipped and NaN counters;
+* warnings that mean a silent fallback (flex -> alltoall) or a slow path
+  (``CUDA_DEVICE_MAX_CONNECTIONS=1``, reported by this library's rules).
+
+One log: a verdict (overlap active or not, and why), steady-window step time, loss health.
+Two logs (reference first, e.g. overlap off, then on): also the speedup over the steady window
+and loss parity (``numerics.compare_losses``). Exit 0 when the logs parse and the losses are
+healthy and match; 1 when they do not; 2 for an unreadable file or a file that is not a
+Megatron-Bridge training log (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import UsageError
+from .numerics import compare_losses
+
+_PREFIX = re.compile(r"^\[[a-z]*\d+\]:\s?")
+_FIELD = re.compile(r"^\s+(\w+): (.+?)\s+\(Mcore default: .*\)\s*$")
+_ITER = re.compile(
+    r"iteration\s+(\d+)/\s*\d+ \|.*?elapsed time per iteration \(ms\): ([\d.]+) \|.*?"
+    r"lm loss: ([-+]?(?:\d[\d.]*(?:[eE][-+]?\d+)?|nan|inf)) \|.*?number of skipped iterations:\s+(\d+) \| number of nan iterations:\s+(\d+)"
+)
+FALLBACK = re.compile(r"Falling back to alltoall")
+SLOW_CONNECTIONS = re.compile(r"cuda-device-max-connections|CUDA_DEVICE_MAX_CONNECTIONS=1\b")
+DEFAULTS = {
+    "overlap_moe_expert_parallel_comm": "False",
+    "delay_wgrad_compute": "False",
+    "moe_token_dispatcher_type": "'allgather'",
+    "moe_flex_dispatcher_backend": "'deepep'",
+}
+
+
+@dataclass
+class LogReport:
+    path: str
+    has_summary: bool = False
+    fields: dict[str, str] = field(default_factory=dict)
+    iterations: dict[int, dict] = field(default_factory=dict)
+    fallbacks: list[str] = field(default_factory=list)
+    slow_paths: list[str] = field(default_factory=list)
+
+    def value(self, name: str) -> str:
+        return self.fields.get(name, DEFAULTS[name]).strip("'")
+
+    @property
+    def overlap_active(self) -> bool:
+        return self.value("overlap_moe_expert_parallel_comm") == "True" and self.value(
+            "moe_token_dispatcher_type"
+        ) in ("alltoall", "flex")
+
+    def losses(self) -> dict[int, float]:
+        return {i: it["loss"] for i, it in self.iterations.items()}
+
+    def steady_ms(self, warmup: int) -> list[float]:
+        return [it["ms"] for i, it in sorted(self.iterations.items()) if i > warmup]
+
+    def unhealthy(self) -> list[str]:
+        out = [f"iteration {i}: loss {it['loss']}" for i, it in sorted(self.iterations.items()) if not math.isfinite(it["loss"])]
+        last = self.iterations[max(self.iterations)] if self.iterations else None
+        if last and (last["skipped"] or last["nan"]):
+            out.append(f"{last['skipped']} skipped and {last['nan']} NaN iterations")
+        return out
+
+
+def parse(path: str | Path) -> LogReport:
+    p = Path(path)
+    try:
+        text = p.read_text(errors="replace")
+    except OSError as e:
+        raise UsageError("log file", str(path), f"a readable file ({e.strerror})") from None
+    report = LogReport(str(path))
+    in_model_block = False
+    for raw in text.splitlines():
+        line = _PREFIX.sub("", raw)
+        if "Configuration Summary (Non-Default Values vs Megatron Core)" in line:
+            report.has_summary = True
+        if line.startswith("["):
+            in_model_block = line.startswith("[model]")
+        if in_model_block and (m := _FIELD.match(line)) and m.group(1) in DEFAULTS:
+            report.fields[m.group(1)] = m.group(2)
+        if m := _ITER.search(line):
+            report.iterations[int(m.group(1))] = {
+                "ms": float(m.group(2)), "loss": float(m.group(3)), "skipped": int(m.group(4)), "nan": int(m.group(5)),
+            }
+        if FALLBACK.search(line):
+            report.fallbacks.append(line.strip())
+        if SLOW_CONNECTIONS.search(line):
+            report.slow_paths.append(line.strip())
+    if not report.has_summary and not report.iterations:
+        raise UsageError("Megatron-Bridge training log", str(path),
+                         "a log with the configuration summary or iteration lines")
+    return report
+
+
+def describe(report: LogReport, warmup: int) -> list[str]:
+    lines = []
+    if report.has_summary:
+        state = "ACTIVE" if report.overlap_active else "NOT active"
+        why = (f"overlap_moe_expert_parallel_comm={report.value('overlap_moe_expert_parallel_comm')}, "
+               f"dispatcher={report.value('moe_token_dispatcher_type')}")
+        if report.value("moe_token_dispatcher_type") == "flex":
+            why += f", backend={report.value('moe_flex_dispatcher_backend')}"
+        why += f", delay_wgrad={report.value('delay_wgrad_compute')}"
+        lines.append(f"EP overlap {state} ({why})")
+    else:
+        lines.append("EP overlap: unknown (no configuration summary in this log)")
+    steady = report.steady_ms(warmup)
+    if steady:
+        lines.append(f"{len(report.iterations)} iterations; steady median {statistics.median(steady):.1f} ms/iteration "
+                     f"(iterations after {warmup})")
+    problems = report.unhealthy()
+    lines.append("losses: " + ("; ".join(problems) if problems else "finite, 0 skipped, 0 NaN"))
+    for f in report.fallbacks:
+        lines.append(f"SILENT FALLBACK: {f}")
+    for s in report.slow_paths:
+        lines.append(f"SLOW PATH: {s}")
+    return lines
+
+
+def verify(paths: list[str], warmup: int = 2) -> tuple[int, list[str]]:
+    if not 1 <= len(paths) <= 2:
+        raise UsageError("number of logs", len(paths), "1 (verdict) or 2 (reference, candidate)")
+    reports = [parse(p) for p in paths]
+    out, code = [], 0
+    for r in reports:
+        out.append(f"== {r.path}")
+        out += [f"  {line}" for line in describe(r, warmup)]
+        code |= 1 if r.unhealthy() or r.fallbacks else 0
+    if len(reports) == 2:
+        ref, cand = reports
+        a, b = ref.steady_ms(warmup), cand.steady_ms(warmup)
+        speed = f"speedup {statistics.median(a) / statistics.median(b):.3f}x" if a and b else "speedup: no steady window"
+        parity = compare_losses(ref.losses(), cand.losses())
+        verdict = (f"losses match (max rel diff {parity.max_rel_diff:.1e})" if parity.ok
+                   else "losses DIFFER: " + "; ".join(parity.problems[:3]))
+        out.append(f"== {cand.path} vs {ref.path}: {speed} over the steady window; {verdict}")
+        code |= 0 if parity.ok else 1
+    return code, out
 
 
 def add_parser(sub) -> None:
-    return None
+    p = sub.add_parser("verify-log", help="verdict on MB training logs: overlap active, speedup, loss parity")
+    p.add_argument("logs", nargs="+", metavar="LOG", help="one log, or reference then candidate")
+    p.add_argument("--warmup", type=int, default=2, help="iterations excluded from the steady window")
+    p.set_defaults(handler=_main)
+
+
+def _main(args) -> int:
+    code, lines = verify(args.logs, args.warmup)
+    print("\n".join(lines))
+    return code

@@ -467,7 +467,7 @@ RULES: tuple[Rule, ...] = (
         field="model.moe_flex_dispatcher_backend",
         required="deep_ep importable (with HybridEPBuffer for 'hybridep')",
         message="the flex backend's package is not installed; the model fails at construction",
-        fix="build DeepEP for this machine (README: Build DeepEP), or use dispatcher='alltoall'",
+        fix="install DeepEP built for this machine (README, section DeepEP), or use dispatcher='alltoall'",
         ok=_flex_importable,
         needs=lambda f: f.env.deep_ep_version is not None,
         current=lambda f: f"{f.flex_backend} (deep_ep {f.env.deep_ep_version or 'missing'})",

@@ -106,7 +106,7 @@ def test_flex_variant(baseline, backend):
     try:
         import deep_ep
     except Exception as e:  # ImportError, or a broken build
-        pytest.skip(f"deep_ep is not importable ({type(e).__name__}: {e}); build it with scripts/gpu/build_deepep.sh")
+        pytest.skip(f"deep_ep is not importable ({type(e).__name__}: {e}); README, section DeepEP")
     if backend == "hybridep" and not hasattr(deep_ep, "HybridEPBuffer"):
         pytest.skip("this DeepEP build has no HybridEP (HybridEPBuffer missing)")
     run = _ok(launch(f"overlap_{backend}", NPROC, COMMON + ["--ep-overlap", "on", "--dispatcher", backend]))
