@@ -18,7 +18,7 @@ from megatron.bridge import AutoBridge
 from megatron.bridge.models.gpt_provider import local_layer_spec
 from megatron.bridge.recipes.common import _pretrain_common
 
-from mbridge_ep_overlap.recipe import with_ep_overlap
+from mbridge_ep_overlap.recipe import set_fields, with_ep_overlap
 
 PROXY_MODEL = "mbridge-ep-overlap/qwen3-moe-proxy"
 PROXY_VOCAB = 32768
@@ -27,50 +27,28 @@ PROXY_VOCAB = 32768
 def proxy_base(seq_length: int = 1024, global_batch_size: int = 16, micro_batch_size: int = 2):
     cfg = _pretrain_common()
     cfg.model = AutoBridge.from_hf_pretrained(PROXY_MODEL).to_megatron_provider(load_weights=False)
-    m = cfg.model
-    m.transformer_layer_spec = local_layer_spec
-    m.transformer_impl = "local"
-    for name in (
-        "apply_rope_fusion",
-        "gradient_accumulation_fusion",
-        "persist_layer_norm",
-        "cross_entropy_loss_fusion",
-        "moe_permute_fusion",
-        "moe_router_fusion",
-        "masked_softmax_fusion",
-    ):
-        setattr(m, name, False)
-    m.moe_grouped_gemm = True
-    m.moe_token_dispatcher_type = "alltoall"
-    m.moe_flex_dispatcher_backend = None
-    m.moe_router_load_balancing_type = "aux_loss"
-    m.moe_aux_loss_coeff = 1e-3
-    m.tensor_model_parallel_size = 1
-    m.pipeline_model_parallel_size = 1
-    m.context_parallel_size = 1
-    m.expert_model_parallel_size = 2
-    m.expert_tensor_parallel_size = 1
-    m.sequence_parallel = False
-    m.seq_length = seq_length
-    m.vocab_size = PROXY_VOCAB
-    cfg.tokenizer.tokenizer_type = "NullTokenizer"
-    cfg.tokenizer.tokenizer_model = None
-    cfg.tokenizer.vocab_size = PROXY_VOCAB
-    cfg.dataset.seq_length = seq_length
-    cfg.dataset.num_workers = 1
-    cfg.train.train_iters = 20
-    cfg.train.global_batch_size = global_batch_size
-    cfg.train.micro_batch_size = micro_batch_size
-    cfg.train.manual_gc = False
-    cfg.validation.eval_interval = None
-    cfg.validation.eval_iters = 0
+    set_fields(
+        cfg.model,
+        transformer_layer_spec=local_layer_spec, transformer_impl="local",
+        # every TE-only fusion off: runs where Transformer Engine is absent
+        apply_rope_fusion=False, gradient_accumulation_fusion=False, persist_layer_norm=False,
+        cross_entropy_loss_fusion=False, moe_permute_fusion=False, moe_router_fusion=False,
+        masked_softmax_fusion=False,
+        moe_grouped_gemm=True, moe_token_dispatcher_type="alltoall", moe_flex_dispatcher_backend=None,
+        moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-3,
+        tensor_model_parallel_size=1, pipeline_model_parallel_size=1, context_parallel_size=1,
+        expert_model_parallel_size=2, expert_tensor_parallel_size=1, sequence_parallel=False,
+        seq_length=seq_length, vocab_size=PROXY_VOCAB,
+    )
+    set_fields(cfg.tokenizer, tokenizer_type="NullTokenizer", tokenizer_model=None, vocab_size=PROXY_VOCAB)
+    set_fields(cfg.dataset, seq_length=seq_length, num_workers=1)
+    set_fields(cfg.train, train_iters=20, global_batch_size=global_batch_size, micro_batch_size=micro_batch_size,
+               manual_gc=False)
+    set_fields(cfg.validation, eval_interval=None, eval_iters=0)
     cfg.scheduler.lr_warmup_iters = 2
     cfg.optimizer.use_precision_aware_optimizer = False
-    cfg.checkpoint.save = None
-    cfg.checkpoint.load = None
-    cfg.checkpoint.save_interval = None
-    cfg.logger.log_interval = 1
-    cfg.logger.tensorboard_dir = None
+    set_fields(cfg.checkpoint, save=None, load=None, save_interval=None)
+    set_fields(cfg.logger, log_interval=1, tensorboard_dir=None)
     return cfg
 
 

@@ -12,7 +12,7 @@ from megatron.bridge.recipes.qwen.h100.qwen3_moe import (
     qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config,
 )
 
-from mbridge_ep_overlap.recipe import with_ep_overlap
+from mbridge_ep_overlap.recipe import set_fields, with_ep_overlap
 
 
 @with_ep_overlap(name="qwen3_30b_a3b", gpu="h100", num_gpus=16, dispatcher="alltoall")
@@ -60,13 +60,10 @@ def qwen3_235b_a22b():
     * ``CUDA_DEVICE_MAX_CONNECTIONS=32``.
     """
     cfg = qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config()
-    m = cfg.model
-    m.tensor_model_parallel_size = 2
-    m.pipeline_model_parallel_size = 8
-    m.virtual_pipeline_model_parallel_size = 4
-    m.context_parallel_size = 1
-    m.expert_model_parallel_size = 32
-    m.sequence_parallel = True
-    cfg.train.global_batch_size = 8192
-    cfg.train.micro_batch_size = 1
+    set_fields(
+        cfg.model,
+        tensor_model_parallel_size=2, pipeline_model_parallel_size=8, virtual_pipeline_model_parallel_size=4,
+        context_parallel_size=1, expert_model_parallel_size=32, sequence_parallel=True,
+    )
+    set_fields(cfg.train, global_batch_size=8192, micro_batch_size=1)
     return cfg

@@ -57,6 +57,19 @@ class Run:
         return f"run {self.name!r} {why} after {self.seconds:.0f}s\n{self.tail()}"
 
 
+def launch_command(name: str, nproc: int, args: list[str], folder: Path, repo: Path | None = None) -> list[str]:
+    """The exact torchrun command ``launch`` runs (also printed by ``bench --print-commands``)."""
+    repo = repo or _repo_root()
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nproc_per_node", str(nproc), "--master_port", str(29500 + (abs(hash(name)) % 1000)),
+        "--log-dir", str(folder / "torchrun"), "--redirects", "3", "--tee", "3",
+        str(repo / "scripts" / "run_script.py"),
+        *args,
+        "--output-dir", str(folder), "--summary-json", str(folder / "summary.json"),
+    ]
+
+
 def launch(
     name: str,
     nproc: int,
@@ -72,14 +85,7 @@ def launch(
         if old.is_file():
             old.unlink()
     summary_path = folder / "summary.json"
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nproc_per_node", str(nproc), "--master_port", str(29500 + (abs(hash(name)) % 1000)),
-        "--log-dir", str(folder / "torchrun"), "--redirects", "3", "--tee", "3",
-        str(repo / "scripts" / "run_script.py"),
-        *args,
-        "--output-dir", str(folder), "--summary-json", str(summary_path),
-    ]
+    cmd = launch_command(name, nproc, args, folder, repo)
     full_env = {**os.environ, **(env or {}), **MULTICAST_OFF, "PYTHONUNBUFFERED": "1"}
     start = time.monotonic()
     with open(folder / "launcher.log", "w") as launcher_log:
@@ -97,3 +103,11 @@ def launch(
     seconds = time.monotonic() - start
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
     return Run(name, proc.returncode, timed_out, seconds, folder, summary)
+
+
+def proxy_args(nproc: int, steps: int = 6, micro_batch: int = 2, microbatches: int = 4) -> list[str]:
+    """run_script arguments of the functional suite: the proxy at EP = nproc (nproc must divide 16)."""
+    return [
+        "--recipe", "qwen3_moe_proxy", "--ep", str(nproc), "--max-steps", str(steps),
+        "--micro-batch-size", str(micro_batch), "--global-batch-size", str(micro_batch * microbatches * nproc),
+    ]

@@ -82,6 +82,14 @@ class EPOverlapRecipe:
 RECIPES: dict[str, EPOverlapRecipe] = {}
 
 
+def set_fields(obj: Any, **values: Any) -> None:
+    """Recipe helper: set several attributes of one config section, refusing unknown names."""
+    for name, value in values.items():
+        if not hasattr(obj, name):
+            raise AttributeError(f"{type(obj).__name__} has no field {name!r}")
+        setattr(obj, name, value)
+
+
 def with_ep_overlap(
     *,
     name: str,

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from mbridge_ep_overlap.launch import launch
+from mbridge_ep_overlap.launch import launch, proxy_args
 from mbridge_ep_overlap.numerics import BF16_RTOL, compare_losses, losses_from_summary
 
 pytestmark = pytest.mark.gpu
@@ -22,10 +22,7 @@ NPROC = int(os.environ.get("EP_OVERLAP_TEST_GPUS", "2"))
 STEPS = 6
 MICRO_BATCH = 2
 MICROBATCHES = 4
-COMMON = [
-    "--recipe", "qwen3_moe_proxy", "--ep", str(NPROC), "--max-steps", str(STEPS),
-    "--micro-batch-size", str(MICRO_BATCH), "--global-batch-size", str(MICRO_BATCH * MICROBATCHES * NPROC),
-]
+COMMON = proxy_args(NPROC, STEPS, MICRO_BATCH, MICROBATCHES)
 NO_OVERLAP_PATH = "combined_1f1b_schedule_for_no_pipelining"
 
 

@@ -225,3 +225,18 @@ def test_rule_matches_upstream(case: Case, proxy_cfg):
         assert re.search(rule.upstream_match, str(excinfo.value)), (
             f"{case.rule}: upstream rejected it for another reason: {excinfo.value!r}"
         )
+
+
+def test_rule_table_halves_must_agree(tmp_path):
+    import yaml
+
+    from mbridge_ep_overlap import rules
+
+    entries = yaml.safe_load(rules.Path(rules.__file__).with_name("rules.yaml").read_text())
+    broken = tmp_path / "rules.yaml"
+    broken.write_text(yaml.safe_dump(entries[1:]))
+    with pytest.raises(RuntimeError, match="ep-size"):
+        rules._load(broken)
+    broken.write_text(yaml.safe_dump(entries + entries[:1]))
+    with pytest.raises(RuntimeError, match="duplicates: \\['ep-size'\\]"):
+        rules._load(broken)
