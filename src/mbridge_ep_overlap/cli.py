@@ -71,9 +71,9 @@ def doctor_lines() -> list[str]:
             lines.append(f"NCCL              : unknown ({e})")
     else:
         lines.append("GPUs              : none visible (CUDA not available)")
-    from .environment import _dist_version
+    from .environment import dist_version
 
-    lines.append(f"NVSHMEM           : {_dist_version('nvidia-nvshmem-cu13', 'nvidia-nvshmem-cu12') or 'missing'}")
+    lines.append(f"NVSHMEM           : {dist_version('nvidia-nvshmem-cu13', 'nvidia-nvshmem-cu12') or 'missing'}")
     shims = installed()
     lines.append(f"import shims      : {', '.join(shims) if shims else 'none (real packages present)'}")
     for k in sorted(env.env_vars):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .environment import ClusterEnvironment, _dist_version, simulate
+from .environment import ClusterEnvironment, dist_version, simulate
 from .import_shims import real_te_available
 
 SUMMARY_FIELDS = (
@@ -64,7 +64,7 @@ def finalize_for(cfg: Any, env: ClusterEnvironment, *, adapt_missing_te: bool = 
     adaptations = without_te(cfg) if adapt_missing_te and not te_here else []
     if env.te_version is None:
         # MB's finalize consults this machine's TE (is_te_min_version), so the rules must too.
-        env = replace(env, te_version=_dist_version("transformer-engine", "transformer_engine") if te_here else "")
+        env = replace(env, te_version=dist_version("transformer-engine", "transformer_engine") if te_here else "")
     with simulate(env):
         runtime_config_update(cfg)
     return FinalizeResult(summarize(cfg), adaptations)

@@ -108,7 +108,7 @@ class ClusterEnvironment:
         return d
 
 
-def _dist_version(*names: str) -> str:
+def dist_version(*names: str) -> str:
     for name in names:
         try:
             return importlib.metadata.version(name)
@@ -120,7 +120,7 @@ def _dist_version(*names: str) -> str:
 def _te_version() -> str:
     from .import_shims import real_te_available
 
-    return _dist_version("transformer-engine", "transformer_engine") or "unknown" if real_te_available() else ""
+    return dist_version("transformer-engine", "transformer_engine") or "unknown" if real_te_available() else ""
 
 
 def _deep_ep() -> tuple[str, bool]:
@@ -129,7 +129,7 @@ def _deep_ep() -> tuple[str, bool]:
         import deep_ep  # noqa: F401
     except Exception:
         return "", False
-    version = getattr(deep_ep, "__version__", "") or _dist_version("deep_ep", "deep-ep") or "unknown"
+    version = getattr(deep_ep, "__version__", "") or dist_version("deep_ep", "deep-ep") or "unknown"
     return version, hasattr(deep_ep, "HybridEPBuffer")
 
 
@@ -156,8 +156,8 @@ def probe() -> ClusterEnvironment:
         nvlink_domain_size=catalog.nvlink_domain_size if catalog else None,
         torch_version=torch.__version__.split("+")[0],
         te_version=_te_version(),
-        mcore_version=_dist_version("megatron-core", "megatron_core"),
-        mb_version=_dist_version("megatron-bridge", "megatron_bridge"),
+        mcore_version=dist_version("megatron-core", "megatron_core"),
+        mb_version=dist_version("megatron-bridge", "megatron_bridge"),
         deep_ep_version=deep_ep_version,
         hybrid_ep_available=hybrid,
         env_vars={k: os.environ[k] for k in RELEVANT_ENV_VARS if k in os.environ},
@@ -204,8 +204,8 @@ def describe(
         nvlink_domain_size=g.nvlink_domain_size,
         torch_version=torch_version or torch.__version__.split("+")[0],
         te_version=te_version,
-        mcore_version=_dist_version("megatron-core", "megatron_core"),
-        mb_version=_dist_version("megatron-bridge", "megatron_bridge"),
+        mcore_version=dist_version("megatron-core", "megatron_core"),
+        mb_version=dist_version("megatron-bridge", "megatron_bridge"),
         deep_ep_version=deep_ep_version,
         hybrid_ep_available=None if deep_ep_version is None else bool(deep_ep_version),
         env_vars=dict(env_vars or {}),
@@ -232,12 +232,13 @@ def simulate(env: ClusterEnvironment) -> Iterator[ClusterEnvironment]:
     token = _SIMULATED.set(env)
     patches = []
     if env.has_gpu:
+        known = _catalog_match(env.gpu_name) or GPU_CATALOG["h100"]  # memory/SM count only
         props = types.SimpleNamespace(
             name=env.gpu_name,
             major=env.compute_capability[0],
             minor=env.compute_capability[1],
-            total_memory=(_catalog_match(env.gpu_name).memory_gib if _catalog_match(env.gpu_name) else 80) << 30,
-            multi_processor_count=(_catalog_match(env.gpu_name).multiprocessors if _catalog_match(env.gpu_name) else 132),
+            total_memory=known.memory_gib << 30,
+            multi_processor_count=known.multiprocessors,
         )
         patches = [
             mock.patch.object(torch.cuda, "is_available", lambda: True),

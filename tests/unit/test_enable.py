@@ -196,3 +196,16 @@ def test_plan_prints_as_table_and_json(proxy_cfg, h100x2):
 def test_bad_arguments_name_value_and_allowed(proxy_cfg, h100x2, kwargs, match):
     with pytest.raises(UsageError, match=match):
         enable_ep_overlap(proxy_cfg, environment=h100x2, **kwargs)
+
+
+def test_precision_is_read_from_mixed_precision_before_mb_applies_it(proxy_cfg, h100x2):
+    """A recipe says "bf16_mixed"; model.bf16 only becomes True inside runtime_config_update."""
+    from mbridge_ep_overlap import check_ep_overlap
+
+    proxy_cfg.model.bf16 = False
+    proxy_cfg.mixed_precision = "bf16_mixed"
+    enable_ep_overlap(proxy_cfg, environment=h100x2)
+    assert "precision" not in {v.rule_id for v in check_ep_overlap(proxy_cfg, environment=h100x2)}
+    assert proxy_cfg.model.bf16 is False
+    finalize(proxy_cfg, h100x2)
+    assert proxy_cfg.model.bf16 is True and proxy_cfg.model.overlap_moe_expert_parallel_comm is True
