@@ -103,16 +103,15 @@ def enable_ep_overlap(
         environment=_describe_env(env),
     )
     fallback = _configure(edit, plan, choice.dispatcher, delay_wgrad, cuda_device_max_connections, env)
+    report = _resolve(edit, env, forward_step_func, resolve)
+    if fallback is not None and resolve == "error":
+        raise EPOverlapError([fallback, *report.violations], "enable_ep_overlap")  # every reason at once
+    if report.errors:
+        raise EPOverlapError(report.violations, "enable_ep_overlap")
     if fallback is not None:
-        if resolve == "error":
-            raise EPOverlapError([fallback], "enable_ep_overlap")
         plan.dispatcher = "alltoall"
         plan.warnings.append(fallback)
         plan.notes.append(f"resolve='auto': MB fell back from {choice.dispatcher} to alltoall on {env.gpu_name}")
-
-    report = _resolve(edit, env, forward_step_func, resolve)
-    if report.errors:
-        raise EPOverlapError(report.violations, "enable_ep_overlap")
     plan.warnings += [v for v in report.violations if v.severity is not Severity.ERROR]
     plan.not_checked = report.not_checked
     plan.changes = edit.changes

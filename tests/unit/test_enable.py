@@ -209,3 +209,11 @@ def test_precision_is_read_from_mixed_precision_before_mb_applies_it(proxy_cfg, 
     assert proxy_cfg.model.bf16 is False
     finalize(proxy_cfg, h100x2)
     assert proxy_cfg.model.bf16 is True and proxy_cfg.model.overlap_moe_expert_parallel_comm is True
+
+
+def test_fallback_is_reported_together_with_the_other_conflicts(proxy_cfg):
+    gb200 = describe("gb200", 4, te_version="", deep_ep_version="1.2.1")
+    proxy_cfg.model.mtp_num_layers = 2
+    with pytest.raises(EPOverlapError) as excinfo:
+        enable_ep_overlap(proxy_cfg, dispatcher="deepep", environment=gb200)
+    assert {"flex-backend-gpu", "mtp-layers"} <= {v.rule_id for v in excinfo.value.violations}
