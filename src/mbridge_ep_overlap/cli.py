@@ -25,15 +25,9 @@ from typing import Any
 
 from .dispatcher import DISPATCHERS
 from .environment import GPU_CATALOG
-from .errors import EPOverlapError, UsageError
+from .errors import EPOverlapError, OneLineArgumentParser, UsageError, run_reporting_errors
 
 DEFAULT_RECIPE = "qwen3_moe_proxy"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def _parse_sets(items: list[str]) -> list[str]:
@@ -145,8 +139,8 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="mbridge-ep-overlap", description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = OneLineArgumentParser(prog="mbridge-ep-overlap", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineArgumentParser)
     sub.add_parser("doctor", help="print this machine's EP-overlap environment and verdicts")
     sub.add_parser("recipes", help="list the registered recipes")
     pl = sub.add_parser("plan", help="plan and finalize a recipe with EP overlap for a described cluster")
@@ -168,25 +162,25 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    try:
-        if args.command == "doctor":
-            print("\n".join(doctor_lines()))
-            return 0
-        if args.command == "recipes":
-            from .recipe import load_recipes
+    return run_reporting_errors("mbridge-ep-overlap", lambda: _dispatch(args))
 
-            for name, r in sorted(load_recipes().items()):
-                i = r.info
-                print(f"{name:24s} {i.num_gpus:5d}x {i.gpu:6s} {i.dispatcher:9s} {i.summary}")
-            return 0
-        if args.command == "plan":
-            if args.num_gpus is not None and args.num_gpus < 1:
-                raise UsageError("--num-gpus", args.num_gpus, "a positive integer")
-            return run_plan(args)
-        return args.handler(args)
-    except UsageError as e:
-        print(f"mbridge-ep-overlap: error: {e}", file=sys.stderr)
-        return 2
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "doctor":
+        print("\n".join(doctor_lines()))
+        return 0
+    if args.command == "recipes":
+        from .recipe import load_recipes
+
+        for name, r in sorted(load_recipes().items()):
+            i = r.info
+            print(f"{name:24s} {i.num_gpus:5d}x {i.gpu:6s} {i.dispatcher:9s} {i.summary}")
+        return 0
+    if args.command == "plan":
+        if args.num_gpus is not None and args.num_gpus < 1:
+            raise UsageError("--num-gpus", args.num_gpus, "a positive integer")
+        return run_plan(args)
+    return args.handler(args)
 
 
 def dataset_helpers_gap() -> str | None:

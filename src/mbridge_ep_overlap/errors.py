@@ -8,9 +8,11 @@ API arguments (unknown dispatcher, GPU, recipe) are ``UsageError`` (also a ``Val
 
 from __future__ import annotations
 
+import argparse
 import enum
+import sys
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 
 class Severity(str, enum.Enum):
@@ -78,3 +80,24 @@ class UsageError(ValueError):
         allowed_text = ", ".join(str(a) for a in allowed) if not isinstance(allowed, str) else allowed
         super().__init__(f"unknown {what} {value!r}; allowed: {allowed_text}")
         self.what, self.value, self.allowed = what, value, allowed
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse that reports bad usage as one line on stderr and exits 2 (no usage dump)."""
+
+    def error(self, message: str) -> None:
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def run_reporting_errors(prog: str, action: Callable[[], int]) -> int:
+    """Exit codes shared by our commands: ``action()``'s own; 1 for a refused config (every
+    violation printed); 2 for bad usage (one line). Never a traceback for either."""
+    try:
+        return action()
+    except UsageError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except EPOverlapError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1

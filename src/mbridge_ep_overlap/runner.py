@@ -27,17 +27,11 @@ from typing import Any
 
 from .dispatcher import DISPATCHERS
 from .environment import GPU_CATALOG
-from .errors import EPOverlapError, UsageError
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
+from .errors import OneLineArgumentParser, UsageError, run_reporting_errors
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="run_script.py", description="Train or dry-run an EP-overlap recipe with Megatron-Bridge.")
+    p = OneLineArgumentParser(prog="run_script.py", description="Train or dry-run an EP-overlap recipe with Megatron-Bridge.")
     p.add_argument("--recipe", required=True, help="registered recipe name (see `mbridge-ep-overlap recipes`)")
     p.add_argument("--ep-overlap", choices=("on", "off"), default="on")
     p.add_argument("--dispatcher", choices=DISPATCHERS, default=None, help="default: the recipe's")
@@ -189,14 +183,11 @@ def train(cfg: Any, args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
+
+    def run() -> int:
         cfg, plan, environment = prepare(args)
         if plan is not None and int(os.environ.get("RANK", "0")) == 0:
             print(plan.to_table())
         return dryrun(cfg, environment, args) if args.dryrun else train(cfg, args)
-    except UsageError as e:
-        print(f"run_script.py: error: {e}", file=sys.stderr)
-        return 2
-    except EPOverlapError as e:
-        print(f"run_script.py: {e}", file=sys.stderr)
-        return 1
+
+    return run_reporting_errors("run_script.py", run)

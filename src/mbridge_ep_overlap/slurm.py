@@ -31,20 +31,14 @@ from pathlib import Path
 
 from .dispatcher import DISPATCHERS
 from .environment import GPU_CATALOG, describe
-from .errors import EPOverlapError, UsageError
+from .errors import OneLineArgumentParser, run_reporting_errors
 
 # Always exported: NVLink multicast off (shared hosts) unless the plan says otherwise.
 ALWAYS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="launch_slurm.py", description="Render (and submit) an sbatch job for an EP-overlap recipe.")
+    p = OneLineArgumentParser(prog="launch_slurm.py", description="Render (and submit) an sbatch job for an EP-overlap recipe.")
     p.add_argument("--recipe", required=True)
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--gpus-per-node", type=int, default=8)
@@ -141,15 +135,11 @@ def main(argv: list[str] | None = None, script_out=None) -> int:
     extra = [*unknown, *args.run_args]
     if args.nodes < 1 or args.gpus_per_node < 1:
         parser.error("--nodes and --gpus-per-node must be >= 1")
-    try:
-        env_vars = plan_environment(args, extra)
-    except UsageError as e:
-        print(f"launch_slurm.py: error: {e}", file=sys.stderr)
-        return 2
-    except EPOverlapError as e:
-        print(f"launch_slurm.py: {e}", file=sys.stderr)
-        return 1
-    script = render(args, env_vars, extra)
+    return run_reporting_errors("launch_slurm.py", lambda: _emit(args, extra, script_out))
+
+
+def _emit(args: argparse.Namespace, extra: list[str], script_out) -> int:
+    script = render(args, plan_environment(args, extra), extra)
     if args.dryrun:
         print(script, end="", file=script_out or sys.stdout, flush=True)
         return 0
