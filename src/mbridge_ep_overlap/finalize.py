@@ -12,13 +12,14 @@ exactly two hooks and no fields:
 
 Both run every rule against the config as it is *now* (so Hydra-style overrides applied after
 ``enable_ep_overlap`` are checked) on ``environment.current()`` and raise ``EPOverlapError``
-listing all errors; warnings are logged once per process. The subclass serialises under its own
+listing all errors on every rank; warnings are logged once, by rank 0. The subclass serialises under its own
 ``_target_`` so a YAML round trip keeps the enforcement. ``uninstall(cfg)`` restores the class.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from . import environment as environment_mod
@@ -31,8 +32,9 @@ _warned: set[str] = set()
 
 def enforce(cfg, stage: str) -> None:
     report = evaluate(cfg, environment_mod.current())
+    rank0 = os.environ.get("RANK", "0") == "0"  # errors raise on every rank; warnings print once
     for v in report.violations:
-        if v.severity is not Severity.ERROR and v.line() not in _warned:
+        if rank0 and v.severity is not Severity.ERROR and v.line() not in _warned:
             _warned.add(v.line())
             logger.warning("mbridge_ep_overlap: %s", v.line())
     report.raise_for_errors(stage)
