@@ -267,6 +267,14 @@ CHECKS: dict[str, Check] = {
     "tested-versions": Check(
         lambda f: (f.env.mcore_version, f.env.mb_version) == ("0.19.2", "0.6.2"), needs=lambda f: bool(f.env.mcore_version),
         current=lambda f: f"megatron-core {f.env.mcore_version}, megatron-bridge {f.env.mb_version}"),
+    "early-attn-release-needs-overlap": Check(
+        lambda f: not f.model("ep_overlap_early_attn_memory_release") or f.overlap,
+        auto_fix=_set("model.ep_overlap_early_attn_memory_release", False)),
+    "ncclep-expert-fc1-offload": Check(
+        lambda f: f.flex_backend != "ncclep" or not f.model("fine_grained_activation_offloading")
+        or "expert_fc1" not in (f.model("offload_modules") or []),
+        auto_fix=lambda f: [("model.offload_modules", [m for m in f.model("offload_modules") if m != "expert_fc1"])]),
+    "ncclep-static-shape": Check(lambda f: f.flex_backend != "ncclep" or bool(f.model("moe_ncclep_static_shape"))),
     "small-ep-alltoall": Check(
         lambda f: f.dispatcher != "alltoall" or f.model("expert_model_parallel_size") > 4 or (f.env.num_nodes or 1) > 2),
 }
