@@ -14,7 +14,7 @@ _import_shims.install()  # only for missing TE / NVRx, only for MB's two import 
 from .check import check_ep_overlap  # noqa: E402
 from .enable import enable_ep_overlap  # noqa: E402
 from .environment import ClusterEnvironment, describe, probe  # noqa: E402
-from .errors import EPOverlapError, Severity, UsageError, Violation  # noqa: E402
+from .errors import EPOverlapError, Severity, UpstreamRefusal, UsageError, Violation  # noqa: E402
 from .plan import FieldChange, OverlapPlan  # noqa: E402
 from .rules import RULES  # noqa: E402
 
@@ -24,6 +24,7 @@ __all__ = [
     "check_ep_overlap",
     "EPOverlapError",
     "UsageError",
+    "UpstreamRefusal",
     "Violation",
     "Severity",
     "OverlapPlan",

@@ -25,7 +25,7 @@ from typing import Any
 
 from .dispatcher import DISPATCHERS
 from .environment import GPU_CATALOG
-from .errors import EPOverlapError, OneLineArgumentParser, UsageError, run_reporting_errors
+from .errors import EPOverlapError, OneLineArgumentParser, UpstreamRefusal, UsageError, run_reporting_errors
 
 DEFAULT_RECIPE = "qwen3_moe_proxy"
 
@@ -112,8 +112,8 @@ def run_plan(args: argparse.Namespace) -> int:
         out["te_adaptations_for_this_dry_run"] = [p for p, _, _ in result.te_adaptations]
         report = evaluate(cfg, env)
         out["accepted"] = True
-    except EPOverlapError as e:
-        out.update(accepted=False, violations=[v.to_dict() for v in e.violations])
+    except (EPOverlapError, UpstreamRefusal) as e:
+        out.update(accepted=False, violations=[v.to_dict() for v in getattr(e, "violations", [])], error=str(e))
         if args.json:
             print(json.dumps(out, indent=2))
         else:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .environment import ClusterEnvironment, dist_version, simulate
+from .errors import EPOverlapError, UpstreamRefusal
 from .import_shims import real_te_available
 
 SUMMARY_FIELDS = (
@@ -65,8 +66,13 @@ def finalize_for(cfg: Any, env: ClusterEnvironment, *, adapt_missing_te: bool = 
     if env.te_version is None:
         # MB's finalize consults this machine's TE (is_te_min_version), so the rules must too.
         env = replace(env, te_version=dist_version("transformer-engine", "transformer_engine") if te_here else "")
-    with simulate(env):
-        runtime_config_update(cfg)
+    try:
+        with simulate(env):
+            runtime_config_update(cfg)
+    except EPOverlapError:
+        raise
+    except (AssertionError, ValueError, TypeError) as e:  # MB/MCore's own bare checks
+        raise UpstreamRefusal(e) from e
     return FinalizeResult(summarize(cfg), adaptations)
 
 # Fields that need Transformer Engine at finalize or model build, and their TE-free values.

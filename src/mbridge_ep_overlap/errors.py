@@ -73,6 +73,17 @@ class EPOverlapError(ValueError):
         super().__init__(f"{head}\n{body}")
 
 
+class UpstreamRefusal(ValueError):
+    """Megatron-Bridge / Megatron-Core refused a config for a reason none of our rules covers."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        super().__init__(
+            f"Megatron-Bridge finalize refused the config: {type(error).__name__}: {error} "
+            "(no rule of mbridge_ep_overlap covers this check yet)"
+        )
+
+
 class UsageError(ValueError):
     """A bad argument to the API or CLI: names the value given and the values allowed."""
 
@@ -98,6 +109,6 @@ def run_reporting_errors(prog: str, action: Callable[[], int]) -> int:
     except UsageError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
-    except EPOverlapError as e:
+    except (EPOverlapError, UpstreamRefusal) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 1

@@ -159,6 +159,18 @@ def _expected_hybridep_ranks(f: Facts) -> int:
     return min(f.model("expert_model_parallel_size"), f.env.nvlink_domain_size or 8)
 
 
+def _model_parallel_size(f: Facts) -> int:
+    return f.model("tensor_model_parallel_size") * f.model("pipeline_model_parallel_size") * (
+        f.model("context_parallel_size") or 1
+    )
+
+
+def _expert_parallel_size(f: Facts) -> int:
+    return (f.model("expert_model_parallel_size") or 1) * (f.model("expert_tensor_parallel_size") or 1) * f.model(
+        "pipeline_model_parallel_size"
+    )
+
+
 def _snapshot_differs(name: str) -> Callable[[Facts], bool]:
     def ok(f: Facts) -> bool:
         co = f.cfg.comm_overlap
@@ -275,6 +287,17 @@ CHECKS: dict[str, Check] = {
         or "expert_fc1" not in (f.model("offload_modules") or []),
         auto_fix=lambda f: [("model.offload_modules", [m for m in f.model("offload_modules") if m != "expert_fc1"])]),
     "ncclep-static-shape": Check(lambda f: f.flex_backend != "ncclep" or bool(f.model("moe_ncclep_static_shape"))),
+    "world-size-divisible": Check(
+        lambda f: f.world_size % _model_parallel_size(f) == 0, needs=lambda f: f.world_size is not None,
+        current=lambda f: f"{f.world_size} GPUs for TP*PP*CP = {_model_parallel_size(f)}"),
+    "expert-world-divisible": Check(
+        lambda f: f.world_size % _expert_parallel_size(f) == 0, needs=lambda f: f.world_size is not None,
+        current=lambda f: f"{f.world_size} GPUs for EP*ETP*PP = {_expert_parallel_size(f)}"),
+    "global-batch-divisible": Check(
+        lambda f: f.cfg.train.global_batch_size % (f.cfg.train.micro_batch_size * f.data_parallel_size) == 0,
+        needs=lambda f: f.data_parallel_size is not None,
+        current=lambda f: f"{f.cfg.train.global_batch_size} for micro batch {f.cfg.train.micro_batch_size} x DP "
+        f"{f.data_parallel_size}"),
     "small-ep-alltoall": Check(
         lambda f: f.dispatcher != "alltoall" or f.model("expert_model_parallel_size") > 4 or (f.env.num_nodes or 1) > 2),
 }

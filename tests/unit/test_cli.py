@@ -71,3 +71,16 @@ def test_doctor_block(capsys):
 def test_recipes_listing(capsys):
     assert main(["recipes"]) == 0
     assert "qwen3_moe_proxy" in capsys.readouterr().out
+
+
+def test_plan_for_a_cluster_the_batch_does_not_fit(capsys):
+    assert main(["plan", "--gpu", "gb200", "--num-gpus", "64"]) == 1
+    out = capsys.readouterr().out
+    assert "global-batch-divisible" in out and "Traceback" not in out
+
+
+def test_upstream_refusal_without_a_rule_is_reported_cleanly(capsys):
+    # MCore's own check, not an EP-overlap rule: padding to capacity needs a capacity factor.
+    code = main(["plan", "--set", "model.moe_pad_expert_input_to_capacity=true"])
+    out = capsys.readouterr().out
+    assert code == 1 and "Megatron-Bridge finalize refused the config" in out and "Traceback" not in out

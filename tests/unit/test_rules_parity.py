@@ -161,6 +161,10 @@ CASES = [
          chain(flex("ncclep"), m(moe_ncclep_static_shape=True, fine_grained_activation_offloading=True,
                                  offload_modules=["expert_fc1"]))),
     Case("ncclep-static-shape", flex("ncclep")),
+    Case("world-size-divisible", m(tensor_model_parallel_size=3, expert_model_parallel_size=8), env={"num_gpus": 16}),
+    Case("expert-world-divisible", chain(m(expert_model_parallel_size=16), lambda cfg: setattr(cfg.train, "global_batch_size", 96)),
+         env={"num_gpus": 24}),
+    Case("global-batch-divisible", lambda cfg: setattr(cfg.train, "global_batch_size", 2 * BASE_WORLD * 2 + 2)),
     Case("small-ep-alltoall", m(expert_model_parallel_size=4), env={"num_gpus": 4}),
 ]
 
