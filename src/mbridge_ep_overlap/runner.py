@@ -152,6 +152,7 @@ def dryrun(cfg: Any, environment, args: argparse.Namespace) -> int:
 
     result = finalize_for(cfg, environment)
     for path, old, new in result.te_adaptations:
+        old, new = (getattr(v, "__name__", v) if callable(v) else v for v in (old, new))
         print(f"# no Transformer Engine on this machine: {path} {old!r} -> {new!r} for this dry run only")
     for line in result.lines():
         print(line)
