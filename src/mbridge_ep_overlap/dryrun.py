@@ -5,8 +5,8 @@ hardware faked (``environment.simulate``: GPU properties and world size) and ret
 finalized EP-overlap fields. When Transformer Engine is not installed on *this* machine and the
 config uses TE-only features, those are switched off first (``without_te`` below) and every
 such change is returned, so the user sees exactly what differs from a run on the real cluster;
-EP-overlap fields are never touched by that step. Errors from finalize propagate unchanged
-(ours are ``EPOverlapError``).
+EP-overlap fields are never touched by that step. Our refusals propagate as ``EPOverlapError``;
+MB/MCore's own bare checks that no rule covers are re-raised as ``UpstreamRefusal``.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .environment import ClusterEnvironment, dist_version, simulate
+from .environment import ClusterEnvironment, simulate, te_version_here
 from .errors import EPOverlapError, UpstreamRefusal
-from .import_shims import real_te_available
 
 SUMMARY_FIELDS = (
     ("overlap_moe_expert_parallel_comm", "model.overlap_moe_expert_parallel_comm"),
@@ -61,11 +60,11 @@ def summarize(cfg: Any) -> dict[str, Any]:
 def finalize_for(cfg: Any, env: ClusterEnvironment, *, adapt_missing_te: bool = True) -> FinalizeResult:
     from megatron.bridge.training.config import runtime_config_update
 
-    te_here = real_te_available()
+    te_here = te_version_here()
     adaptations = without_te(cfg) if adapt_missing_te and not te_here else []
     if env.te_version is None:
         # MB's finalize consults this machine's TE (is_te_min_version), so the rules must too.
-        env = replace(env, te_version=dist_version("transformer-engine", "transformer_engine") if te_here else "")
+        env = replace(env, te_version=te_here)
     try:
         with simulate(env):
             runtime_config_update(cfg)
@@ -74,6 +73,7 @@ def finalize_for(cfg: Any, env: ClusterEnvironment, *, adapt_missing_te: bool = 
     except (AssertionError, ValueError, TypeError) as e:  # MB/MCore's own bare checks
         raise UpstreamRefusal(e) from e
     return FinalizeResult(summarize(cfg), adaptations)
+
 
 # Fields that need Transformer Engine at finalize or model build, and their TE-free values.
 # Used only to *dry-run* a production recipe's finalize on a machine without TE (CPU login

@@ -117,7 +117,8 @@ def dist_version(*names: str) -> str:
     return ""
 
 
-def _te_version() -> str:
+def te_version_here() -> str:
+    """Version of the Transformer Engine that imports in this process ("" when none does)."""
     from .import_shims import real_te_available
 
     return dist_version("transformer-engine", "transformer_engine") or "unknown" if real_te_available() else ""
@@ -155,7 +156,7 @@ def probe() -> ClusterEnvironment:
         gpus_per_node=per_node,
         nvlink_domain_size=catalog.nvlink_domain_size if catalog else None,
         torch_version=torch.__version__.split("+")[0],
-        te_version=_te_version(),
+        te_version=te_version_here(),
         mcore_version=dist_version("megatron-core", "megatron_core"),
         mb_version=dist_version("megatron-bridge", "megatron_bridge"),
         deep_ep_version=deep_ep_version,

@@ -171,7 +171,7 @@ def _expert_parallel_size(f: Facts) -> int:
     )
 
 
-def _snapshot_differs(name: str) -> Callable[[Facts], bool]:
+def _snapshot_matches(name: str) -> Callable[[Facts], bool]:
     def ok(f: Facts) -> bool:
         co = f.cfg.comm_overlap
         snap = getattr(co, "user_comm_overlap_cfg", None) if co is not None else None
@@ -265,7 +265,7 @@ CHECKS: dict[str, Check] = {
     "model-flag-reverted": Check(_model_only_flag_ok("overlap_moe_expert_parallel_comm"),
                                  auto_fix=_set("comm_overlap.overlap_moe_expert_parallel_comm", True)),
     "comm-overlap-snapshot-stale": Check(
-        lambda f: all(_snapshot_differs(n)(f) for n in _SNAPSHOT_FIELDS),
+        lambda f: all(_snapshot_matches(n)(f) for n in _SNAPSHOT_FIELDS),
         current=lambda f: {n: getattr(f.cfg.comm_overlap.user_comm_overlap_cfg, n) for n in _SNAPSHOT_FIELDS},
         auto_fix=lambda f: [(f"comm_overlap.user_comm_overlap_cfg.{n}", getattr(f.cfg.comm_overlap, n))
                             for n in _SNAPSHOT_FIELDS if getattr(f.cfg.comm_overlap, n) is not None]),
