@@ -82,14 +82,15 @@ def doctor_lines() -> list[str]:
         ok, why = usable_here(d, env)
         lines.append(f"  {d:9s} {'usable' if ok else 'NOT usable'}: {why}")
     ep = max(env.gpus_per_node or 1, 2)
-    lines.append(f"  auto      -> {choose('auto', env, ep).dispatcher} at EP={ep} ({choose('auto', env, ep).reason})")
+    auto = choose("auto", env, ep)
+    lines.append(f"  auto      -> {auto.dispatcher} at EP={ep} ({auto.reason})")
     return lines
 
 
 # ---- plan -------------------------------------------------------------------------------------
 def run_plan(args: argparse.Namespace) -> int:
     from .check import evaluate
-    from .dryrun import finalize_for
+    from .dryrun import finalize_for, plain
     from .enable import enable_ep_overlap
     from .environment import describe
     from .recipe import get_recipe
@@ -107,8 +108,7 @@ def run_plan(args: argparse.Namespace) -> int:
         )
         out["plan"] = plan.to_dict()
         result = finalize_for(cfg, env)
-        out["finalized"] = {k: str(v) if not isinstance(v, (int, float, bool, type(None), str)) else v
-                            for k, v in result.summary.items()}
+        out["finalized"] = plain(result.summary)
         out["te_adaptations_for_this_dry_run"] = [p for p, _, _ in result.te_adaptations]
         report = evaluate(cfg, env)
         out["accepted"] = True

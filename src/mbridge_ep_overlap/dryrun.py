@@ -57,6 +57,11 @@ def summarize(cfg: Any) -> dict[str, Any]:
     return out
 
 
+def plain(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary with JSON-safe values (dtypes, enums and the like as strings)."""
+    return {k: v if v is None or isinstance(v, (bool, int, float, str)) else str(v) for k, v in summary.items()}
+
+
 def finalize_for(cfg: Any, env: ClusterEnvironment, *, adapt_missing_te: bool = True) -> FinalizeResult:
     from megatron.bridge.training.config import runtime_config_update
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from megatron.bridge.training.callbacks import Callback
 
-from .dryrun import summarize
+from .dryrun import plain, summarize
 
 
 class ScheduleProbe:
@@ -156,7 +156,7 @@ class RunRecorder(Callback):
             return
         summary = {
             **self.meta,
-            "finalized": {k: _plain(v) for k, v in summarize(context.state.cfg).items()},
+            "finalized": plain(summarize(context.state.cfg)),
             "schedule_plan_calls": self.probe.schedule_plan_calls,
             "combined_schedule_calls": dict(self.probe.combined_schedule_calls),
             "world_size": dist.get_world_size(),
@@ -166,7 +166,3 @@ class RunRecorder(Callback):
         }
         self.summary_path.parent.mkdir(parents=True, exist_ok=True)
         self.summary_path.write_text(json.dumps(summary, indent=2))
-
-
-def _plain(value: Any) -> Any:
-    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
