@@ -12,6 +12,15 @@ if [ -d .gpu-wheels ] && ls .gpu-wheels/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu-wheels/*.whl \
     || { echo "gpu/env.sh: wheel install failed" >&2; return 1; }
 fi
+# DeepEP, when a wheel built by scripts/gpu/build_deepep.sh was carried along in .deepep-wheel/.
+if ls .deepep-wheel/deep_ep-*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .deepep-wheel/deep_ep-*.whl \
+    || { echo "gpu/env.sh: DeepEP wheel install failed" >&2; return 1; }
+fi
+# HybridEP JIT-compiles with $CUDA_HOME/bin/nvcc and links libnvtx3interop from the toolkit.
+if source scripts/gpu/cuda_home.sh; then
+  export LD_LIBRARY_PATH="$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$SITE" . \
   || { echo "gpu/env.sh: project install failed" >&2; return 1; }
 # The megatron-core 0.19.2 wheel ships the compiled dataset helpers but not their Makefile, and

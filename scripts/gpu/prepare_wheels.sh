@@ -24,6 +24,22 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
   --platform any -d "$DEST" "${PKGS[@]}"
+# PuLP (imported, never solved with, by nvidia-modelopt) bundles 36 MB of CBC solver binaries for
+# every OS; drop them (and their RECORD lines) so the carried tree stays under the 64 MiB limit.
+python3 - "$DEST"/[Pp]u[Ll][Pp]-*.whl <<'PY'
+import sys, zipfile, os
+path = sys.argv[1]
+with zipfile.ZipFile(path) as z:
+    items = [(i, z.read(i.filename)) for i in z.infolist() if "/solverdir/" not in i.filename]
+if len(items) < len(zipfile.ZipFile(path).infolist()):
+    tmp = path + ".tmp"
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as out:
+        for info, data in items:
+            if info.filename.endswith(".dist-info/RECORD"):
+                data = b"".join(l + b"\n" for l in data.splitlines() if b"/solverdir/" not in l)
+            out.writestr(info, data)
+    os.replace(tmp, path)
+PY
 # Published only as source distributions (pure Python): build the wheels here.
 python3 -m pip wheel -q --no-deps -w "$DEST" antlr4-python3-runtime==4.9.3
 du -sh "$DEST"

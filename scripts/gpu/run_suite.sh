@@ -14,5 +14,5 @@ shift || true
 source scripts/gpu/env.sh || exit 1
 mkdir -p "$LOG_DIR"
 python3 -m mbridge_ep_overlap doctor > "$LOG_DIR/doctor.txt" 2>&1; cat "$LOG_DIR/doctor.txt"
-python3 -m pytest tests/functional -m gpu -v -rs -p no:cacheprovider "$@" 2>&1 | tee "$LOG_DIR/pytest.log"
+python3 -m pytest tests/functional -m gpu -v -rsP -p no:cacheprovider "$@" 2>&1 | tee "$LOG_DIR/pytest.log"
 exit "${PIPESTATUS[0]}"

@@ -39,12 +39,19 @@ VARIANTS = {
     "overlap:cdmc1": (["--ep-overlap", "on", "--dispatcher", "alltoall"], {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
     "overlap:hiprio": (["--ep-overlap", "on", "--dispatcher", "alltoall", "model.high_priority_a2a_comm_stream=true"], {}),
 }
-# A shape where the all-to-all is a large share of the step (16 experts, top-8, long microbatch
-# sequence); the proxy's own default is sized for quick functional runs instead.
-COMM_BOUND_SHAPE = [
-    "model.hidden_size=2048", "model.moe_ffn_hidden_size=1536", "model.moe_router_topk=8",
-    "model.num_attention_heads=16",
-]
+# Benchmark shapes (overrides on top of the recipe). The proxy's own default is sized for quick
+# functional runs. ``comm-bound``: 16 experts, top-8, expert FFN 0.75 x hidden - the all-to-all is
+# longer than the compute it could hide behind on the throttled link. ``balanced``: the same with
+# an expert FFN of 1.5 x hidden, so compute and all-to-all are of the same order (the regime
+# overlap is designed for). Real models sit between: Qwen3-30B-A3B FFN 0.375 x hidden with top-8
+# of 128 experts, DeepSeek-V3 0.29 x hidden with top-8 of 256, but also far more attention work.
+_WIDE = ["model.hidden_size=2048", "model.moe_router_topk=8", "model.num_attention_heads=16"]
+SHAPES = {
+    "default": [],
+    "comm-bound": [*_WIDE, "model.moe_ffn_hidden_size=1536"],
+    "balanced": [*_WIDE, "model.moe_ffn_hidden_size=3072"],
+}
+COMM_BOUND_SHAPE = SHAPES["comm-bound"]
 
 
 @dataclass
@@ -201,13 +208,51 @@ def run_bench(
             tokens = int(fin["global_batch_size"]) * int(fin.get("seq_length") or 0)
             results.append(summarize_run(variant, link, run.summary, warmup, tokens))
             print(f"bench: {link}/{variant}: median {results[-1].median_s:.3f}s", flush=True)
+            _write_json(results, out)  # partial results survive a later crash or time limit
     compare_to_baseline(results)
-    (out / "results.json").write_text(json.dumps([r.__dict__ for r in results], indent=2, default=str))
+    _write_json(results, out)
     table = markdown(results, f"{recipe}, {nproc} GPUs, {' '.join(extra)}")
     (out / "benchmarks.md").write_text(table + "\n")
     plot(results, out / "benchmarks.png")
     print(table)
     return results
+
+
+def load_results(path: Path) -> list[VariantResult]:
+    """The ``VariantResult`` rows of a ``results.json`` written by ``run_bench``."""
+    rows = []
+    for d in json.loads(Path(path).read_text()):
+        r = VariantResult(**d)
+        r.spread_s = tuple(r.spread_s) if r.spread_s else None
+        r.losses = {int(k): v for k, v in r.losses.items()}
+        rows.append(r)
+    return rows
+
+
+def report(folders: list[Path], out: Path, title: str) -> list[VariantResult]:
+    """One table and plot from several bench output folders (e.g. one per link or machine run).
+
+    Each folder is compared against its own ``off`` rows; the rows are then put side by side.
+    """
+    results: list[VariantResult] = []
+    for folder in folders:
+        path = Path(folder) / "results.json"
+        if not path.exists():
+            raise UsageError("--report folder", str(folder), "a bench output folder holding results.json")
+        rows = load_results(path)
+        compare_to_baseline(rows)
+        results.extend(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json(results, out)
+    table = markdown(results, title)
+    (out / "benchmarks.md").write_text(table + "\n")
+    plot(results, out / "benchmarks.png")
+    print(table)
+    return results
+
+
+def _write_json(results: list[VariantResult], out: Path) -> None:
+    (out / "results.json").write_text(json.dumps([r.__dict__ for r in results], indent=2, default=str))
 
 
 def add_parser(sub) -> None:
@@ -219,14 +264,22 @@ def add_parser(sub) -> None:
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--profile", type=int, default=2, help="profiled steps at the end (excluded from timing)")
-    p.add_argument("--comm-bound", action="store_true", help="use the comm-bound shape (COMM_BOUND_SHAPE)")
+    p.add_argument("--shape", default="default", help=f"one of {', '.join(SHAPES)} (overrides in bench.SHAPES)")
+    p.add_argument("--comm-bound", action="store_true", help="same as --shape comm-bound")
     p.add_argument("--out", default="out/bench")
+    p.add_argument("--report", nargs="+", metavar="DIR", help="run nothing: merge these bench output folders into --out")
     p.add_argument("extra", nargs="*", help="run_script flags / key=value overrides for every variant")
     p.set_defaults(handler=_main)
 
 
 def _main(args) -> int:
-    extra = [*(COMM_BOUND_SHAPE if args.comm_bound else []), *args.extra]
+    if args.report:
+        results = report([Path(d) for d in args.report], Path(args.out), f"{args.recipe}: {', '.join(args.report)}")
+        return 0 if results else 1
+    shape = "comm-bound" if args.comm_bound else args.shape
+    if shape not in SHAPES:
+        raise UsageError("--shape", shape, sorted(SHAPES))
+    extra = [*SHAPES[shape], *args.extra]
     results = run_bench(args.recipe, args.nproc, args.variants.split(","), args.links.split(","), Path(args.out),
                         args.steps, args.warmup, args.profile, extra)
     return 0 if all(r.ok or r.error.startswith("skipped") for r in results) else 1

@@ -55,6 +55,8 @@ def doctor_lines() -> list[str]:
     lines.append(f"transformer-engine: {env.te_version or 'missing'}")
     lines.append(f"deep_ep           : {env.deep_ep_version or 'missing'}"
                  + (f" (HybridEP: {'yes' if env.hybrid_ep_available else 'no'})" if env.deep_ep_version else ""))
+    if env.deep_ep_build:
+        lines.append(f"deep_ep build     : {env.deep_ep_build}")
     if torch.cuda.is_available():
         n = torch.cuda.device_count()
         p = torch.cuda.get_device_properties(0)

@@ -56,6 +56,9 @@ def usable_here(dispatcher: str, env: ClusterEnvironment) -> tuple[bool, str]:
         return False, "deep_ep is not importable (not built here yet: README, section DeepEP)"
     if dispatcher == "hybridep" and not env.hybrid_ep_available:
         return False, f"deep_ep {env.deep_ep_version} has no HybridEPBuffer (build DeepEP's hybrid-ep branch)"
+    if dispatcher == "deepep" and env.deep_ep_nvshmem is False:
+        return False, (f"deep_ep {env.deep_ep_version} was built without NVSHMEM: Megatron-Core 0.19's DeepEP buffer "
+                       "sizing fails on it at any EP size (rebuild with DEEPEP_NVSHMEM=auto)")
     return True, f"deep_ep {env.deep_ep_version} on {env.gpu_name}"
 
 

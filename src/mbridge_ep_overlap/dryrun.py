@@ -34,6 +34,10 @@ SUMMARY_FIELDS = (
     ("micro_batch_size", "train.micro_batch_size"),
     ("bf16", "model.bf16"),
     ("seq_length", "model.seq_length"),
+    ("hidden_size", "model.hidden_size"),
+    ("num_moe_experts", "model.num_moe_experts"),
+    ("moe_router_topk", "model.moe_router_topk"),
+    ("moe_ffn_hidden_size", "model.moe_ffn_hidden_size"),
 )
 
 

@@ -45,6 +45,7 @@ RELEVANT_ENV_VARS = (
     "TORCH_NCCL_HIGH_PRIORITY",
     "PYTORCH_CUDA_ALLOC_CONF",
     "WORLD_SIZE",
+    "CUDA_HOME",
 )
 
 
@@ -86,6 +87,8 @@ class ClusterEnvironment:
     mb_version: str | None = None
     deep_ep_version: str | None = None  # "" = known missing, None = unknown
     hybrid_ep_available: bool | None = None
+    deep_ep_nvshmem: bool | None = None  # built with NVSHMEM (internode kernels); None = unknown
+    deep_ep_build: str | None = None  # one line: source commit, arch list, kernels (doctor)
     env_vars: dict[str, str] = field(default_factory=dict)
     source: str = "probed"
 
@@ -124,14 +127,72 @@ def te_version_here() -> str:
     return dist_version("transformer-engine", "transformer_engine") or "unknown" if real_te_available() else ""
 
 
-def _deep_ep() -> tuple[str, bool]:
-    """(version or "" when not importable, whether HybridEP is in it)."""
+@dataclass(frozen=True)
+class DeepEPInfo:
+    version: str  # "" when deep_ep does not import
+    hybrid_ep: bool = False
+    nvshmem: bool | None = None
+    build: str = ""
+
+
+BUILD_RECORD = "ep_overlap_build.json"  # written into the wheel by scripts/gpu/build_deepep.sh
+
+
+def summarize_deep_ep_build(record: dict) -> str:
+    """One line from a build record: where the source came from, for which GPUs, which kernels."""
+    src = record.get("source") or {}
+    commit = (src.get("commit") or "")[:9]
+    origin = f"{src.get('ref', '?')}@{commit}" if commit else "unknown source"
+    parts = [origin, f"TORCH_CUDA_ARCH_LIST={record.get('torch_cuda_arch_list', '?')}"]
+    parts.append("NVSHMEM: yes" if record.get("nvshmem") else "NVSHMEM: no")
+    if record.get("kernels"):
+        parts.append(f"kernels: {record['kernels']}")
+    parts.append(f"HybridEP: {'yes' if record.get('hybrid_ep') else 'no'}")
+    if record.get("torch"):
+        parts.append(f"built for torch {record['torch']}")
+    return ", ".join(parts)
+
+
+def _links_nvshmem(module_name: str) -> bool | None:
+    """Whether a compiled extension needs libnvshmem_host (DeepEP's internode/low-latency build)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(module_name)
+    if spec is None or not spec.origin:
+        return None
     try:
-        import deep_ep  # noqa: F401
+        with open(spec.origin, "rb") as f:
+            return b"libnvshmem_host" in f.read()
+    except OSError:
+        return None
+
+
+def deep_ep_info() -> DeepEPInfo:
+    """What ``deep_ep`` is here: version, HybridEP, NVSHMEM kernels and the build record if any."""
+    try:
+        import deep_ep
     except Exception:
-        return "", False
+        return DeepEPInfo("")
     version = getattr(deep_ep, "__version__", "") or dist_version("deep_ep", "deep-ep") or "unknown"
-    return version, hasattr(deep_ep, "HybridEPBuffer")
+    record = None
+    try:
+        import importlib.resources
+        import json
+
+        record = json.loads((importlib.resources.files("deep_ep") / BUILD_RECORD).read_text())
+    except Exception:
+        pass
+    hybrid = hasattr(deep_ep, "HybridEPBuffer")
+    nvshmem = record.get("nvshmem") if record else _links_nvshmem("deep_ep_cpp")
+    if record:
+        build = summarize_deep_ep_build(record)
+    else:
+        build = f"no build record (not built by scripts/gpu/build_deepep.sh); NVSHMEM: {_yes_no(nvshmem)}"
+    return DeepEPInfo(version, hybrid, nvshmem, build)
+
+
+def _yes_no(value: bool | None) -> str:
+    return "unknown" if value is None else ("yes" if value else "no")
 
 
 def probe() -> ClusterEnvironment:
@@ -148,7 +209,7 @@ def probe() -> ClusterEnvironment:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         world = torch.distributed.get_world_size()
     catalog = _catalog_match(gpu_name)
-    deep_ep_version, hybrid = _deep_ep()
+    deep_ep = deep_ep_info()
     return ClusterEnvironment(
         gpu_name=gpu_name,
         compute_capability=cc,
@@ -159,8 +220,10 @@ def probe() -> ClusterEnvironment:
         te_version=te_version_here(),
         mcore_version=dist_version("megatron-core", "megatron_core"),
         mb_version=dist_version("megatron-bridge", "megatron_bridge"),
-        deep_ep_version=deep_ep_version,
-        hybrid_ep_available=hybrid,
+        deep_ep_version=deep_ep.version,
+        hybrid_ep_available=deep_ep.hybrid_ep,
+        deep_ep_nvshmem=deep_ep.nvshmem,
+        deep_ep_build=deep_ep.build or None,
         env_vars={k: os.environ[k] for k in RELEVANT_ENV_VARS if k in os.environ},
         source="probed",
     )

@@ -10,7 +10,8 @@ Contract
   flag and wall time (device-synchronised), and at the end writes one JSON summary (rank 0) with
   the finalized EP-overlap fields, the counters and the peak GPU memory of every rank. With
   ``profile_steps=(a, b)`` it runs the torch profiler (CUDA kernels) from step a to step b and
-  adds rank 0's kernel list and its ``trace.analyze`` overlap efficiency to the summary.
+  adds rank 0's kernel list and its ``trace.analyze`` overlap efficiency to the summary. It also
+  records which flex buffers (DeepEP / HybridEP) Megatron-Core allocated (``flex_buffers``).
 It changes nothing in the training computation.
 """
 
@@ -160,9 +161,23 @@ class RunRecorder(Callback):
             "schedule_plan_calls": self.probe.schedule_plan_calls,
             "combined_schedule_calls": dict(self.probe.combined_schedule_calls),
             "world_size": dist.get_world_size(),
+            "flex_buffers": flex_buffers(),
             "peak_memory_gib_per_rank": [round(float(p.item()), 3) for p in peaks],
             "profile": self.profile,
             "steps": self.steps,
         }
         self.summary_path.parent.mkdir(parents=True, exist_ok=True)
         self.summary_path.write_text(json.dumps(summary, indent=2))
+
+
+def flex_buffers() -> dict[str, bool]:
+    """Which flex communication buffers Megatron-Core allocated in this process: proof that the
+    DeepEP / HybridEP kernels, not NCCL all-to-all, moved the tokens."""
+    try:
+        from megatron.core.transformer.moe import fused_a2a
+    except ImportError:
+        return {}
+    return {
+        "deepep": getattr(fused_a2a, "_buffer", None) is not None,
+        "hybridep": getattr(fused_a2a, "_hybrid_ep_buffer", None) is not None,
+    }

@@ -256,6 +256,9 @@ CHECKS: dict[str, Check] = {
     "flex-backend-importable": Check(
         _flex_importable, needs=lambda f: f.env.deep_ep_version is not None,
         current=lambda f: f"{f.flex_backend} (deep_ep {f.env.deep_ep_version or 'missing'})", auto_fix=_to_alltoall),
+    "deepep-built-with-nvshmem": Check(
+        lambda f: f.flex_backend != "deepep", needs=lambda f: f.env.deep_ep_nvshmem is False,
+        current=lambda f: f"{f.flex_backend} with a DeepEP built without NVSHMEM", auto_fix=_to_alltoall),
     "hybridep-nvlink-domain": Check(
         lambda f: f.flex_backend != "hybridep"
         or f.env_var("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN") in (None, str(_expected_hybridep_ranks(f))),

@@ -56,6 +56,7 @@ def test_baseline_really_had_overlap_off(baseline):
     assert fin["overlap_moe_expert_parallel_comm"] is False
     assert fin["moe_token_dispatcher_type"] == "alltoall"
     assert baseline.summary["schedule_plan_calls"] == 0
+    assert not any(baseline.summary["flex_buffers"].values())
     assert baseline.summary["combined_schedule_calls"].get(NO_OVERLAP_PATH, 0) == 0
 
 
@@ -109,7 +110,9 @@ def test_flex_variant(baseline, backend):
     run = _ok(launch(f"overlap_{backend}", NPROC, COMMON + ["--ep-overlap", "on", "--dispatcher", backend]))
     fin = run.summary["finalized"]
     assert fin["moe_token_dispatcher_type"] == "flex" and fin["moe_flex_dispatcher_backend"] == backend
+    assert run.summary["flex_buffers"] == {"deepep": backend == "deepep", "hybridep": backend == "hybridep"}
     assert run.summary["combined_schedule_calls"][NO_OVERLAP_PATH] == STEPS
+    assert run.summary["schedule_plan_calls"] == STEPS * MICROBATCHES
     assert _report(f"{backend} overlap vs off", baseline, run).ok
 
 

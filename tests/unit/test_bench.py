@@ -40,3 +40,42 @@ def test_unknown_variant_or_link_is_a_usage_error(tmp_path):
         run_bench("qwen3_moe_proxy", 2, ["fast"], ["nvlink"], tmp_path)
     with pytest.raises(UsageError, match="link"):
         run_bench("qwen3_moe_proxy", 2, ["overlap"], ["infiniband"], tmp_path)
+
+
+@pytest.mark.parametrize("shape", ["comm-bound", "balanced"])
+def test_benchmark_shapes_finalize_through_mb(shape, tmp_path, capsys):
+    """Every bench shape is a valid override set for the proxy: MB's real finalize accepts it."""
+    from mbridge_ep_overlap.bench import SHAPES
+    from mbridge_ep_overlap.runner import main
+
+    code = main(["--recipe", "qwen3_moe_proxy", *SHAPES[shape], "--seq-length", "512", "--micro-batch-size", "16",
+                 "--global-batch-size", "512", "--dryrun", "--output-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    ffn = next(o.split("=")[1] for o in SHAPES[shape] if o.startswith("model.moe_ffn_hidden_size="))
+    assert f"moe_ffn_hidden_size: {ffn}" in out and "hidden_size: 2048" in out and "num_microbatches: 16" in out
+
+
+def test_unknown_shape_is_a_usage_error(capsys):
+    from mbridge_ep_overlap.cli import main
+
+    assert main(["bench", "--shape", "huge", "--out", "out/never"]) == 2
+    assert "--shape" in capsys.readouterr().err
+
+
+def test_report_merges_folders_each_against_its_own_baseline(tmp_path):
+    from mbridge_ep_overlap.bench import _write_json, report
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    _write_json([summarize_run("off", "nvlink", summary([1, 1, 1], [10.0, 9.0, 8.0]), 1, 100),
+                 summarize_run("deepep", "nvlink", summary([1, 0.8, 0.8], [10.0, 9.0, 8.0]), 1, 100)], a)
+    _write_json([summarize_run("off", "throttled", summary([3, 3, 3], [10.0, 9.0, 8.0]), 1, 100),
+                 summarize_run("overlap", "throttled", summary([3, 2, 2], [10.0, 9.0, 8.1]), 1, 100)], b)
+    rows = report([a, b], tmp_path / "merged", "t")
+    assert [(r.link, r.variant, round(r.speedup, 3)) for r in rows] == [
+        ("nvlink", "off", 1.0), ("nvlink", "deepep", 1.25), ("throttled", "off", 1.0), ("throttled", "overlap", 1.5)]
+    assert rows[1].parity == "match" and rows[3].parity.startswith("MISMATCH")
+    assert "| nvlink | deepep | 0.800 |" in (tmp_path / "merged" / "benchmarks.md").read_text()
+    with pytest.raises(UsageError, match="--report folder"):
+        report([tmp_path / "missing"], tmp_path / "m2", "t")
