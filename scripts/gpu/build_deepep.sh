@@ -35,6 +35,19 @@ if [ ! -f "$CUDA_HOME/include/cusparse.h" ]; then
   WHEEL_INC=$("$PYTHON" -c 'import nvidia, os; print(next((os.path.join(p, "cu13", "include") for p in nvidia.__path__ if os.path.isdir(os.path.join(p, "cu13", "include"))), ""))' 2>/dev/null || true)
   [ -n "$WHEEL_INC" ] && export CPATH="$WHEEL_INC${CPATH:+:$CPATH}"
 fi
+# CUDA 13 keeps libcu++/CCCL under include/cccl; nvcc finds it, the host compiler (deep_ep.cpp
+# includes NVSHMEM's headers, which include <cuda/std/tuple>) does not.
+[ -d "$CUDA_HOME/include/cccl" ] && export CPATH="$CUDA_HOME/include/cccl${CPATH:+:$CPATH}"
+# DeepEP's internode kernels include <infiniband/mlx5dv.h> (rdma-core headers: libibverbs-dev / rdma-core-devel).
+WANT_NVSHMEM=0
+if [ "$DEEPEP_NVSHMEM" = auto ] && { [ -n "${NVSHMEM_DIR:-}" ] || "$PYTHON" -c 'import nvidia.nvshmem' 2>/dev/null; }; then
+  WANT_NVSHMEM=1
+fi
+if [ "$WANT_NVSHMEM" = 1 ] && [ ! -f /usr/include/infiniband/mlx5dv.h ] && [ -z "${RDMA_CORE_HOME:-}" ]; then
+  echo "build_deepep: NVSHMEM build needs rdma-core headers (apt install libibverbs-dev, or set RDMA_CORE_HOME)" >&2
+  exit 2
+fi
+[ -n "${RDMA_CORE_HOME:-}" ] && export CPATH="$RDMA_CORE_HOME/include${CPATH:+:$CPATH}"
 # HybridEP links libnvtx3interop: CUDA >= 12.8 toolkits ship it (lib64/ or lib/).
 export LIBRARY_PATH=${LIBRARY_PATH:-}
 for d in "$CUDA_HOME/lib64" "$CUDA_HOME/lib"; do

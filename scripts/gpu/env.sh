@@ -17,6 +17,9 @@ if ls .deepep-wheel/deep_ep-*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .deepep-wheel/deep_ep-*.whl \
     || { echo "gpu/env.sh: DeepEP wheel install failed" >&2; return 1; }
 fi
+# A DeepEP built with NVSHMEM needs libnvshmem_host.so.3: the nvidia-nvshmem wheel torch uses.
+NVSHMEM_LIB=$(python3 -c 'import nvidia.nvshmem as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
+[ -d "$NVSHMEM_LIB" ] && export LD_LIBRARY_PATH="$NVSHMEM_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # HybridEP JIT-compiles with $CUDA_HOME/bin/nvcc and links libnvtx3interop from the toolkit.
 if source scripts/gpu/cuda_home.sh; then
   export LD_LIBRARY_PATH="$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

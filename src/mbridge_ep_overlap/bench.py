@@ -121,21 +121,32 @@ def compare_to_baseline(results: list[VariantResult]) -> None:
             r.parity = "baseline"
 
 
+def shape_label(finalized: dict) -> str:
+    """'h2048 ffn1536 top8/16 mbs16 seq512' from a run's finalized fields ('-' when not recorded)."""
+    f = finalized or {}
+    if not f.get("hidden_size"):
+        return "-"
+    return (f"h{f['hidden_size']} ffn{f.get('moe_ffn_hidden_size')} top{f.get('moe_router_topk')}/{f.get('num_moe_experts')}"
+            f" mbs{f.get('micro_batch_size')} seq{f.get('seq_length')}")
+
+
 def markdown(results: list[VariantResult], title: str) -> str:
     lines = [f"### {title}", "",
-             "| link | variant | median step s | spread s | speedup vs off | tokens/s | peak GiB | A2A hidden | exposed A2A s/step | ideal step s | losses |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| link | variant | median step s | spread s | speedup vs off | tokens/s | peak GiB | A2A hidden | exposed A2A s/step | ideal step s | losses | shape |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if not r.ok:
-            lines.append(f"| {r.link} | {r.variant} | - | - | - | - | - | - | - | - | failed: {r.error} |")
+            lines.append(f"| {r.link} | {r.variant} | - | - | - | - | - | - | - | - | failed: {r.error} | - |")
             continue
         e = r.overlap_efficiency or {}
         n = e.get("iterations") or 1
+        if e and not e.get("a2a_s"):  # no all-to-all kernel recognized: nothing to measure
+            e = {}
         lines.append(
             f"| {r.link} | {r.variant} | {r.median_s:.3f} | {r.spread_s[0]:.3f}-{r.spread_s[1]:.3f} | "
             f"{r.speedup:.3f}x | {r.tokens_per_s:,.0f} | {r.peak_gib:.1f} | "
             + (f"{e['hidden_fraction']:.0%} | {e['exposed_s'] / n:.3f} | {e['ideal_step_s']:.3f} | " if e else "- | - | - | ")
-            + f"{r.parity} |"
+            + f"{r.parity} | {shape_label(r.finalized)} |"
         )
     return "\n".join(lines)
 
@@ -149,13 +160,19 @@ def plot(results: list[VariantResult], path: Path) -> bool:
     except ImportError:
         return False
     ok = [r for r in results if r.ok]
+    several_shapes = len({shape_label(r.finalized) for r in ok}) > 1
+
+    def name(r: VariantResult, sep: str) -> str:
+        tag = f"{sep}ffn {(r.finalized or {}).get('moe_ffn_hidden_size')}" if several_shapes else ""
+        return f"{r.link}{sep}{r.variant}{tag}"
+
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
     for r in ok:
-        ax1.plot(range(len(r.step_times)), r.step_times, marker="o", ms=3, label=f"{r.link} / {r.variant}")
+        ax1.plot(range(len(r.step_times)), r.step_times, marker="o", ms=3, label=name(r, " / "))
     ax1.set(xlabel="iteration", ylabel="step time (s)", title="step time per iteration")
     ax1.set_yscale("log")
     ax1.legend(fontsize=7)
-    labels = [f"{r.link}\n{r.variant}" for r in ok if r.variant != "off" and r.speedup]
+    labels = [name(r, "\n") for r in ok if r.variant != "off" and r.speedup]
     values = [r.speedup for r in ok if r.variant != "off" and r.speedup]
     ax2.bar(range(len(values)), values, color=["tab:green" if v >= 1 else "tab:red" for v in values])
     ax2.axhline(1.0, color="black", lw=0.8)

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import yaml
 from packaging.version import Version
 
-from .dispatcher import backend_supports_gpu
+from .dispatcher import DEEPEP_MIN_EP, backend_supports_gpu
 from .errors import Severity
 from .facts import Facts, accepts_schedule_plan, get_path
 
@@ -301,6 +301,8 @@ CHECKS: dict[str, Check] = {
         needs=lambda f: f.data_parallel_size is not None,
         current=lambda f: f"{f.cfg.train.global_batch_size} for micro batch {f.cfg.train.micro_batch_size} x DP "
         f"{f.data_parallel_size}"),
+    "small-ep-deepep": Check(
+        lambda f: f.flex_backend != "deepep" or f.model("expert_model_parallel_size") >= DEEPEP_MIN_EP),
     "small-ep-alltoall": Check(
         lambda f: f.dispatcher != "alltoall" or f.model("expert_model_parallel_size") > 4 or (f.env.num_nodes or 1) > 2),
 }

@@ -5,13 +5,15 @@ Contract
 Input: the CUDA kernels of one rank over a few steady iterations (name, start, duration; as
 ``evidence.RunRecorder`` exports them from the torch profiler) and the wall time of those
 iterations. Kernels are classified by name: NCCL kernels are communication, and among them
-send/recv / all-to-all kernels are the expert-parallel all-to-all; everything else is compute.
+send/recv / all-to-all kernels are the expert-parallel all-to-all, as are DeepEP's and HybridEP's
+dispatch/combine kernels; everything else is compute.
 We never sum kernel times (concurrent kernels would be double counted): we take the *union* of
 intervals per class and report
 
 * ``comm_s`` / ``a2a_s`` / ``compute_s``: busy time of each class (union lengths);
 * ``hidden_s``: all-to-all time that coincides with compute; ``exposed_s`` = ``a2a_s - hidden_s``;
-* ``hidden_fraction`` = ``hidden_s / a2a_s``;
+* ``hidden_fraction`` = ``hidden_s / a2a_s`` (``None`` when no all-to-all kernel was recognized:
+  then the dispatcher's kernels are unknown to ``classify`` and the fraction would be meaningless);
 * ``ideal_step_s`` = max(compute, a2a) per iteration beside ``measured_step_s``.
 
 NCCL kernel time includes waiting for the peer rank, so ``a2a_s`` is an upper bound on transfer
@@ -28,12 +30,21 @@ Interval = tuple[float, float]
 
 _NCCL = re.compile(r"nccl", re.IGNORECASE)
 _A2A = re.compile(r"SendRecv|AllToAll|all_to_all|alltoall", re.IGNORECASE)
+# The flex dispatchers move tokens with their own kernels, not NCCL: DeepEP's
+# deep_ep::{intranode,internode,internode_ll}::{notify_dispatch,dispatch,combine,...} and
+# HybridEP's hybrid_ep::{dispatch_kernel,combine_kernel,device_sync_kernel,rdma_sync_kernel}.
+# Their layout / permute / scan kernels are local work and stay compute.
+_FLEX_A2A = re.compile(
+    r"deep_ep::(intranode|internode|internode_ll)::|hybrid_ep::(dispatch_kernel|combine_kernel|device_sync_kernel|rdma_sync_kernel)"
+)
 
 
 def classify(kernel_name: str) -> str:
     """'a2a', 'comm' (other collectives) or 'compute'."""
     if _NCCL.search(kernel_name):
         return "a2a" if _A2A.search(kernel_name) else "comm"
+    if _FLEX_A2A.search(kernel_name):
+        return "a2a"
     return "compute"
 
 
@@ -73,7 +84,7 @@ class OverlapEfficiency:
     compute_s: float
     hidden_s: float
     exposed_s: float
-    hidden_fraction: float
+    hidden_fraction: float | None  # None: no all-to-all kernel recognized in the window
     ideal_step_s: float
     measured_step_s: float
 
@@ -98,7 +109,7 @@ def analyze(kernels: Iterable[dict], iterations: int, measured_window_s: float) 
         compute_s=compute_len * scale,
         hidden_s=hidden * scale,
         exposed_s=(a2a_len - hidden) * scale,
-        hidden_fraction=hidden / a2a_len if a2a_len else 0.0,
+        hidden_fraction=hidden / a2a_len if a2a_len else None,
         ideal_step_s=max(compute_len, a2a_len) * scale / n,
         measured_step_s=measured_window_s / n,
     )

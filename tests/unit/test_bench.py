@@ -79,3 +79,21 @@ def test_report_merges_folders_each_against_its_own_baseline(tmp_path):
     assert "| nvlink | deepep | 0.800 |" in (tmp_path / "merged" / "benchmarks.md").read_text()
     with pytest.raises(UsageError, match="--report folder"):
         report([tmp_path / "missing"], tmp_path / "m2", "t")
+
+
+def test_row_without_recognized_all_to_all_shows_no_efficiency():
+    prof = {"steps": [5, 7], "overlap_efficiency": {"iterations": 2, "a2a_s": 0.0, "hidden_fraction": None,
+                                                    "exposed_s": 0.0, "ideal_step_s": 1.0}}
+    rows = [summarize_run("off", "nvlink", summary([1, 1, 1], [10.0, 9.0, 8.0]), 1, 100),
+            summarize_run("hybridep", "nvlink", summary([1, 0.5, 0.5], [10.0, 9.0, 8.0], prof), 1, 100)]
+    compare_to_baseline(rows)
+    assert "| nvlink | hybridep | 0.500 | 0.500-0.500 | 2.000x | 200 | 12.5 | - | - | - | match | - |" in markdown(rows, "t")
+
+
+def test_shape_label_from_finalized_fields():
+    from mbridge_ep_overlap.bench import shape_label
+
+    fin = {"hidden_size": 2048, "moe_ffn_hidden_size": 3072, "moe_router_topk": 8, "num_moe_experts": 16,
+           "micro_batch_size": 16, "seq_length": 512}
+    assert shape_label(fin) == "h2048 ffn3072 top8/16 mbs16 seq512"
+    assert shape_label({}) == "-"

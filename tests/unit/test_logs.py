@@ -65,3 +65,14 @@ def test_not_a_training_log_is_a_clear_error(tmp_path, content, capsys):
 def test_missing_file(capsys):
     assert main(["verify-log", "/nonexistent/run.log"]) == 2
     assert "readable file" in capsys.readouterr().err
+
+
+def test_real_deepep_run_reads_as_active_flex_with_matching_losses(capsys):
+    """An excerpt of the DeepEP functional run on 2x H200 (MB summary block + iteration lines)."""
+    deepep = str(FIXTURES / "overlap_deepep.log")
+    log = parse(deepep)
+    assert log.overlap_active and log.value("moe_token_dispatcher_type") == "flex"
+    assert sorted(log.iterations) == [1, 2, 3, 4, 5, 6] and not log.unhealthy()
+    assert main(["verify-log", OFF, deepep]) == 0
+    out = capsys.readouterr().out
+    assert "dispatcher=flex, backend=deepep" in out and "losses match" in out
