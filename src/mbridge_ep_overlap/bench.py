@@ -37,7 +37,7 @@ VARIANTS = {
     "deepep": (["--ep-overlap", "on", "--dispatcher", "deepep"], {}),
     "hybridep": (["--ep-overlap", "on", "--dispatcher", "hybridep"], {}),
     "overlap:cdmc1": (["--ep-overlap", "on", "--dispatcher", "alltoall"], {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
-    "overlap:hiprio": (["--ep-overlap", "on", "--dispatcher", "alltoall", "model.high_priority_a2a_comm_stream=true"], {}),
+    "overlap:hiprio": (["--ep-overlap", "on", "--dispatcher", "alltoall", "--a2a-priority", "high"], {}),
 }
 # Benchmark shapes (overrides on top of the recipe). The proxy's own default is sized for quick
 # functional runs. ``comm-bound``: 16 experts, top-8, expert FFN 0.75 x hidden - the all-to-all is

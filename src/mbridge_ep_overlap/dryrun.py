@@ -38,6 +38,7 @@ SUMMARY_FIELDS = (
     ("num_moe_experts", "model.num_moe_experts"),
     ("moe_router_topk", "model.moe_router_topk"),
     ("moe_ffn_hidden_size", "model.moe_ffn_hidden_size"),
+    ("high_priority_a2a_comm_stream", "model.high_priority_a2a_comm_stream"),
 )
 
 

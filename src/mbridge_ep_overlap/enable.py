@@ -8,7 +8,8 @@ Contract
   ``CommOverlapConfig(tp_comm_overlap=False)``) or already finalized (it updates the frozen
   ``user_comm_overlap_cfg`` snapshot too); flags are set on ``cfg.comm_overlap`` because
   ``CommOverlapConfig.setup()`` copies them onto the model and would revert a model-only flag;
-* sets ``moe_shared_expert_overlap=False``; sets ``delay_wgrad_compute`` only as asked;
+* sets ``moe_shared_expert_overlap=False``; sets ``delay_wgrad_compute`` and the high-priority
+  all-to-all stream (``model.high_priority_a2a_comm_stream``) only as asked;
 * for DeepEP/HybridEP calls MB's ``apply_flex_dispatcher_backend`` and refuses MB's silent
   fallback to alltoall (``resolve="error"``) or records it (``resolve="auto"``);
 * puts ``CUDA_DEVICE_MAX_CONNECTIONS`` (and HybridEP's NVLink-domain variables) into
@@ -77,6 +78,7 @@ def enable_ep_overlap(
     dispatcher: str = "alltoall",
     *,
     delay_wgrad: bool = False,
+    high_priority_a2a: bool = False,
     resolve: str = "error",
     cuda_device_max_connections: int = 32,
     environment: ClusterEnvironment | None = None,
@@ -89,6 +91,8 @@ def enable_ep_overlap(
         raise UsageError("cuda_device_max_connections", cuda_device_max_connections, "an integer >= 1")
     if not isinstance(delay_wgrad, bool):
         raise UsageError("delay_wgrad", delay_wgrad, (True, False))
+    if not isinstance(high_priority_a2a, bool):
+        raise UsageError("high_priority_a2a", high_priority_a2a, (True, False))
     env = environment or environment_mod.current()
     ep = getattr(cfg.model, "expert_model_parallel_size", 1) or 1
     choice = choose(dispatcher, env, ep)
@@ -103,6 +107,9 @@ def enable_ep_overlap(
         environment=_describe_env(env),
     )
     fallback = _configure(edit, plan, choice.dispatcher, delay_wgrad, cuda_device_max_connections, env)
+    if high_priority_a2a:
+        edit.set("model.high_priority_a2a_comm_stream", True,
+                 "high-priority all-to-all stream (throttled link, comm-bound shape: 1.30x vs 1.14x, docs/benchmarks.md)")
     report = _resolve(edit, env, forward_step_func, resolve)
     if fallback is not None and resolve == "error":
         raise EPOverlapError([fallback, *report.violations], "enable_ep_overlap")  # every reason at once

@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ep-overlap", choices=("on", "off"), default="on")
     p.add_argument("--dispatcher", choices=DISPATCHERS, default=None, help="default: the recipe's")
     p.add_argument("--delay-wgrad", choices=("on", "off"), default="off")
+    p.add_argument("--a2a-priority", choices=("default", "high"), default="default",
+                   help="CUDA priority of the all-to-all stream of the overlapped schedule")
     p.add_argument("--resolve", choices=("error", "auto"), default="error")
     p.add_argument("--tp", type=int, dest="tensor_model_parallel_size")
     p.add_argument("--pp", type=int, dest="pipeline_model_parallel_size")
@@ -129,11 +131,15 @@ def prepare(args: argparse.Namespace, environment=None):
         else:
             environment = probe()
     plan = None
+    for flag, value, neutral in (("--delay-wgrad", args.delay_wgrad, "off"), ("--a2a-priority", args.a2a_priority, "default")):
+        if args.ep_overlap == "off" and value != neutral:  # would be silently meaningless
+            raise UsageError(flag, value, f"{neutral!r} while --ep-overlap is off")
     if args.ep_overlap == "on":
         plan = enable_ep_overlap(
             cfg,
             args.dispatcher or recipe.info.dispatcher,
             delay_wgrad=args.delay_wgrad == "on",
+            high_priority_a2a=args.a2a_priority == "high",
             resolve=args.resolve,
             environment=environment,
         )

@@ -217,3 +217,18 @@ def test_fallback_is_reported_together_with_the_other_conflicts(proxy_cfg):
     with pytest.raises(EPOverlapError) as excinfo:
         enable_ep_overlap(proxy_cfg, dispatcher="deepep", environment=gb200)
     assert {"flex-backend-gpu", "mtp-layers"} <= {v.rule_id for v in excinfo.value.violations}
+
+
+def test_high_priority_a2a_stream_is_opt_in_recorded_and_survives_finalize(proxy_cfg, h100x2):
+    from megatron.bridge.training.config import runtime_config_update
+
+    from mbridge_ep_overlap import enable_ep_overlap
+    from mbridge_ep_overlap.environment import simulate
+
+    plan = enable_ep_overlap(proxy_cfg, "alltoall", high_priority_a2a=True, environment=h100x2)
+    assert [c.path for c in plan.changes if "high_priority" in c.path] == ["model.high_priority_a2a_comm_stream"]
+    with simulate(h100x2):
+        runtime_config_update(proxy_cfg)
+    assert proxy_cfg.model.high_priority_a2a_comm_stream is True
+    with pytest.raises(UsageError, match="high_priority_a2a"):
+        enable_ep_overlap(proxy_cfg, "alltoall", high_priority_a2a="yes", environment=h100x2)

@@ -38,6 +38,9 @@ TABLE = [
     (["--recipe", "qwen3_moe_proxy", "train.global_batch_size=32"], {"global_batch_size": "32"}),
     (["--recipe", "qwen3_30b_a3b", "--ep-overlap", "on", "--dispatcher", "alltoall"],
      {"overlap_moe_expert_parallel_comm": "True", "expert_model_parallel_size": "16"}),
+    (["--recipe", "qwen3_moe_proxy", "--a2a-priority", "high"],
+     {"overlap_moe_expert_parallel_comm": "True", "high_priority_a2a_comm_stream": "True"}),
+    (["--recipe", "qwen3_moe_proxy"], {"high_priority_a2a_comm_stream": "False"}),
     (["--recipe", "qwen3_30b_a3b", "--ep-overlap", "off"], {"overlap_moe_expert_parallel_comm": "False"}),
     (["--recipe", "deepseek_v3", "--ep-overlap", "off"], {"overlap_moe_expert_parallel_comm": "False"}),
 ]
@@ -82,6 +85,9 @@ def test_refused_override_exits_1_with_every_violation(capsys, tmp_path):
         (["--recipe", "qwen3_moe_proxy", "--ep", "0"], "--expert-model-parallel-size must be >= 1"),
         (["--recipe", "qwen3_moe_proxy", "garbage"], "malformed override 'garbage'"),
         (["--recipe", "qwen3_moe_proxy", "model.no_such_field=[1"], "override"),
+        (["--recipe", "qwen3_moe_proxy", "--ep-overlap", "off", "--a2a-priority", "high"],
+         "--a2a-priority 'high'; allowed: 'default' while --ep-overlap is off"),
+        (["--recipe", "qwen3_moe_proxy", "--ep-overlap", "off", "--delay-wgrad", "on"], "--delay-wgrad 'on'"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(argv, needle, capsys, tmp_path):
