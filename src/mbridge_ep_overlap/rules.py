@@ -155,6 +155,10 @@ def _flex_importable(f: Facts) -> bool:
     return True
 
 
+def _nvcc_under(cuda_home: str | None) -> bool:
+    return bool(cuda_home) and Path(cuda_home, "bin", "nvcc").is_file()
+
+
 def _expected_hybridep_ranks(f: Facts) -> int:
     return min(f.model("expert_model_parallel_size"), f.env.nvlink_domain_size or 8)
 
@@ -259,6 +263,10 @@ CHECKS: dict[str, Check] = {
     "deepep-built-with-nvshmem": Check(
         lambda f: f.flex_backend != "deepep", needs=lambda f: f.env.deep_ep_nvshmem is False,
         current=lambda f: f"{f.flex_backend} with a DeepEP built without NVSHMEM", auto_fix=_to_alltoall),
+    "hybridep-jit-nvcc": Check(
+        lambda f: f.flex_backend != "hybridep" or _nvcc_under(f.env_var("CUDA_HOME")),
+        needs=lambda f: f.env.source == "probed" and f.env.has_gpu,  # only the GPU node itself can tell
+        current=lambda f: f"CUDA_HOME={f.env_var('CUDA_HOME')}"),
     "hybridep-nvlink-domain": Check(
         lambda f: f.flex_backend != "hybridep"
         or f.env_var("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN") in (None, str(_expected_hybridep_ranks(f))),

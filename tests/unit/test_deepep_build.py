@@ -91,3 +91,18 @@ def test_flex_buffer_evidence_reads_the_globals_megatron_core_really_has():
 
     assert hasattr(fused_a2a, "_buffer") and hasattr(fused_a2a, "_hybrid_ep_buffer")
     assert flex_buffers() == {"deepep": False, "hybridep": False}
+
+
+def test_hybridep_needs_nvcc_under_cuda_home_on_the_gpu_node(proxy_cfg, tmp_path):
+    from mbridge_ep_overlap import check_ep_overlap, enable_ep_overlap
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    on_node = replace(describe("h200", 2, deep_ep_version="1.2.1"), source="probed", hybrid_ep_available=True)
+    with_toolkit = replace(on_node, env_vars={"CUDA_HOME": str(tmp_path)})
+    enable_ep_overlap(proxy_cfg, "hybridep", resolve="auto", environment=with_toolkit)
+    ids = lambda env: {v.rule_id for v in check_ep_overlap(proxy_cfg, environment=env)}  # noqa: E731
+    assert "hybridep-jit-nvcc" not in ids(with_toolkit)
+    assert "hybridep-jit-nvcc" in ids(replace(on_node, env_vars={"CUDA_HOME": str(tmp_path / "missing")}))
+    # Planning for another machine cannot know its toolkit: not checked there.
+    assert "hybridep-jit-nvcc" not in ids(describe("h200", 2, deep_ep_version="1.2.1"))

@@ -149,6 +149,8 @@ CASES = [
     Case("flex-backend-gpu", flex("deepep"), env={"gpu": "gb200"}),
     Case("flex-backend-importable", flex("deepep"), env={"deep_ep_version": ""}),
     Case("deepep-built-with-nvshmem", flex("deepep"), env={"deep_ep_version": "1.2.1", "deep_ep_nvshmem": False}),
+    # On the GPU node (a probed environment) with CUDA_HOME pointing at no toolkit.
+    Case("hybridep-jit-nvcc", flex("hybridep"), env={"source": "probed", "env_vars": {"CUDA_HOME": "/no/cuda"}}),
     Case("hybridep-nvlink-domain", chain(flex("hybridep"), set_cfg(env_vars={"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "4"}))),
     Case("model-flag-reverted", reverted_model_flag),
     Case("comm-overlap-snapshot-stale", stale_snapshot),
