@@ -24,8 +24,9 @@ if [ -d "$SOURCE" ]; then
   GIT=(git --git-dir "$(git -C "$SOURCE" rev-parse --absolute-git-dir)")
 else
   tmp=$(mktemp -d)
-  git clone -q --bare --filter=blob:none --branch "$REF" "$SOURCE" "$tmp/repo.git" \
-    || git clone -q --bare --filter=blob:none "$SOURCE" "$tmp/repo.git"
+  git clone -q --bare --filter=blob:none --branch "$REF" "$SOURCE" "$tmp/repo.git" 2>/dev/null \
+    || git clone -q --bare --filter=blob:none "$SOURCE" "$tmp/repo.git" \
+    || { echo "fetch_deepep: cannot clone $SOURCE (offline? pass a local DeepEP clone as SOURCE)" >&2; exit 2; }
   GIT=(git --git-dir "$tmp/repo.git")
 fi
 COMMIT=$("${GIT[@]}" rev-parse --verify "$REF^{commit}" 2>/dev/null) \

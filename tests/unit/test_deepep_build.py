@@ -106,3 +106,19 @@ def test_hybridep_needs_nvcc_under_cuda_home_on_the_gpu_node(proxy_cfg, tmp_path
     assert "hybridep-jit-nvcc" in ids(replace(on_node, env_vars={"CUDA_HOME": str(tmp_path / "missing")}))
     # Planning for another machine cannot know its toolkit: not checked there.
     assert "hybridep-jit-nvcc" not in ids(describe("h200", 2, deep_ep_version="1.2.1"))
+
+
+@pytest.mark.parametrize("nvshmem,make_src,needle", [
+    ("auto", False, "no DeepEP source in"),
+    ("maybe", True, "DEEPEP_NVSHMEM must be auto or off"),
+])
+def test_build_script_refuses_bad_input_before_compiling(tmp_path, nvshmem, make_src, needle):
+    src = tmp_path / "src"
+    if make_src:
+        src.mkdir()
+        (src / "setup.py").write_text("raise SystemExit('must not run')\n")
+    run = subprocess.run(["bash", str(ROOT / "scripts/gpu/build_deepep.sh"), str(src), str(tmp_path / "out")],
+                         env={"PATH": "/usr/bin:/bin", "CUDA_HOME": str(tmp_path), "DEEPEP_NVSHMEM": nvshmem},
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and needle in run.stderr, run.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
