@@ -102,8 +102,8 @@ with zipfile.ZipFile(wheel) as z:
     for n in names:
         if n.endswith(".so") and b"libcuda.so.1" not in z.read(n):
             sys.exit(f"build_deepep: {n} does not link libcuda.so.1 (driver API symbols would be unresolved)")
-    nvshmem = any("nvshmem" in n for n in names) or any(
-        b"libnvshmem_host" in z.read(n) for n in names if n.startswith("deep_ep_cpp") and n.endswith(".so"))
+    # Same test as environment._links_nvshmem, on the wheel's deep_ep_cpp extension.
+    nvshmem = any(b"libnvshmem_host" in z.read(n) for n in names if n.startswith("deep_ep_cpp") and n.endswith(".so"))
 record = {
     "source": source,
     "torch_cuda_arch_list": os.environ["TORCH_CUDA_ARCH_LIST"],

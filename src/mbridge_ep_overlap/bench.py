@@ -51,7 +51,6 @@ SHAPES = {
     "comm-bound": [*_WIDE, "model.moe_ffn_hidden_size=1536"],
     "balanced": [*_WIDE, "model.moe_ffn_hidden_size=3072"],
 }
-COMM_BOUND_SHAPE = SHAPES["comm-bound"]
 
 
 @dataclass
@@ -227,11 +226,7 @@ def run_bench(
             print(f"bench: {link}/{variant}: median {results[-1].median_s:.3f}s", flush=True)
             _write_json(results, out)  # partial results survive a later crash or time limit
     compare_to_baseline(results)
-    _write_json(results, out)
-    table = markdown(results, f"{recipe}, {nproc} GPUs, {' '.join(extra)}")
-    (out / "benchmarks.md").write_text(table + "\n")
-    plot(results, out / "benchmarks.png")
-    print(table)
+    _write_outputs(results, out, f"{recipe}, {nproc} GPUs, {' '.join(extra)}")
     return results
 
 
@@ -260,16 +255,21 @@ def report(folders: list[Path], out: Path, title: str) -> list[VariantResult]:
         compare_to_baseline(rows)
         results.extend(rows)
     out.mkdir(parents=True, exist_ok=True)
-    _write_json(results, out)
-    table = markdown(results, title)
-    (out / "benchmarks.md").write_text(table + "\n")
-    plot(results, out / "benchmarks.png")
-    print(table)
+    _write_outputs(results, out, title)
     return results
 
 
 def _write_json(results: list[VariantResult], out: Path) -> None:
     (out / "results.json").write_text(json.dumps([r.__dict__ for r in results], indent=2, default=str))
+
+
+def _write_outputs(results: list[VariantResult], out: Path, title: str) -> None:
+    """results.json, benchmarks.md and benchmarks.png in ``out``; the table is also printed."""
+    _write_json(results, out)
+    table = markdown(results, title)
+    (out / "benchmarks.md").write_text(table + "\n")
+    plot(results, out / "benchmarks.png")
+    print(table)
 
 
 def add_parser(sub) -> None:

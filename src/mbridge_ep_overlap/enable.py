@@ -106,10 +106,7 @@ def enable_ep_overlap(
         resolve=resolve,
         environment=_describe_env(env),
     )
-    fallback = _configure(edit, plan, choice.dispatcher, delay_wgrad, cuda_device_max_connections, env)
-    if high_priority_a2a:
-        edit.set("model.high_priority_a2a_comm_stream", True,
-                 "high-priority all-to-all stream (throttled link, comm-bound shape: 1.30x vs 1.14x, docs/benchmarks.md)")
+    fallback = _configure(edit, plan, choice.dispatcher, delay_wgrad, high_priority_a2a, cuda_device_max_connections, env)
     report = _resolve(edit, env, forward_step_func, resolve)
     if fallback is not None and resolve == "error":
         raise EPOverlapError([fallback, *report.violations], "enable_ep_overlap")  # every reason at once
@@ -134,6 +131,7 @@ def _configure(
     plan: OverlapPlan,
     dispatcher: str,
     delay_wgrad: bool,
+    high_priority_a2a: bool,
     max_connections: int,
     env: ClusterEnvironment,
 ) -> Violation | None:
@@ -146,6 +144,9 @@ def _configure(
     edit.set_ep_flag("overlap_moe_expert_parallel_comm", True, "EP overlap requested")
     edit.set_ep_flag("delay_wgrad_compute", delay_wgrad, "delayed wgrad is a separate opt-in")
     edit.set("model.moe_shared_expert_overlap", False, "mutually exclusive with EP overlap")
+    if high_priority_a2a:
+        edit.set("model.high_priority_a2a_comm_stream", True,
+                 "high-priority all-to-all stream (throttled link, comm-bound shape: 1.30x vs 1.14x, docs/benchmarks.md)")
 
     fallback = None
     if dispatcher in FLEX_BACKENDS:

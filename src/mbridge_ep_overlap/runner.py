@@ -122,6 +122,9 @@ def prepare(args: argparse.Namespace, environment=None):
     from .environment import describe, probe
     from .recipe import get_recipe
 
+    for flag, value, neutral in (("--delay-wgrad", args.delay_wgrad, "off"), ("--a2a-priority", args.a2a_priority, "default")):
+        if args.ep_overlap == "off" and value != neutral:  # would be silently meaningless
+            raise UsageError(flag, value, f"{neutral!r} while --ep-overlap is off")
     recipe = get_recipe(args.recipe)
     cfg = recipe.base()
     apply_flags(cfg, args)
@@ -131,9 +134,6 @@ def prepare(args: argparse.Namespace, environment=None):
         else:
             environment = probe()
     plan = None
-    for flag, value, neutral in (("--delay-wgrad", args.delay_wgrad, "off"), ("--a2a-priority", args.a2a_priority, "default")):
-        if args.ep_overlap == "off" and value != neutral:  # would be silently meaningless
-            raise UsageError(flag, value, f"{neutral!r} while --ep-overlap is off")
     if args.ep_overlap == "on":
         plan = enable_ep_overlap(
             cfg,
