@@ -39,17 +39,25 @@ VARIANTS = {
     "overlap:cdmc1": (["--ep-overlap", "on", "--dispatcher", "alltoall"], {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
     "overlap:hiprio": (["--ep-overlap", "on", "--dispatcher", "alltoall", "--a2a-priority", "high"], {}),
 }
-# Benchmark shapes (overrides on top of the recipe). The proxy's own default is sized for quick
-# functional runs. ``comm-bound``: 16 experts, top-8, expert FFN 0.75 x hidden - the all-to-all is
-# longer than the compute it could hide behind on the throttled link. ``balanced``: the same with
-# an expert FFN of 1.5 x hidden, so compute and all-to-all are of the same order (the regime
-# overlap is designed for). Real models sit between: Qwen3-30B-A3B FFN 0.375 x hidden with top-8
-# of 128 experts, DeepSeek-V3 0.29 x hidden with top-8 of 256, but also far more attention work.
+# Benchmark shapes (overrides and run_script flags on top of the recipe; flags the user passes after
+# ``--`` come later and win). The proxy's own default is sized for quick functional runs.
+# ``comm-bound``: hidden 2048, 16 experts, top-8, expert FFN 0.75 x hidden, the proxy's small
+# attention (16 heads x 64) and sequence 512 - the all-to-all is longer than the compute it could
+# hide behind on the throttled link. ``balanced``: the same with an expert FFN of 1.5 x hidden.
+# ``long-seq``: the balanced MoE block with Qwen3-30B-A3B's attention (32 heads x 128, 4 KV groups)
+# at sequence 4096 (micro-batch 2, 8192 tokens per microbatch as in the other shapes). Combined-1F1B
+# hides each *combine* behind the other microbatch's attention and each *dispatch* behind its expert
+# MLP (MCore ``TransformerLayerSchedulePlan.run``), so both halves need compute of the order of the
+# all-to-all - the regime overlap is designed for. Real models: Qwen3-30B-A3B FFN 0.375 x hidden,
+# top-8 of 128 experts, DeepSeek-V3 0.29 x hidden, top-8 of 256, both at sequence 4096 and longer.
 _WIDE = ["model.hidden_size=2048", "model.moe_router_topk=8", "model.num_attention_heads=16"]
 SHAPES = {
     "default": [],
     "comm-bound": [*_WIDE, "model.moe_ffn_hidden_size=1536"],
     "balanced": [*_WIDE, "model.moe_ffn_hidden_size=3072"],
+    "long-seq": [*_WIDE, "model.moe_ffn_hidden_size=3072", "model.num_attention_heads=32", "model.kv_channels=128",
+                 "model.num_query_groups=4", "--seq-length", "4096", "--micro-batch-size", "2",
+                 "--global-batch-size", "64"],
 }
 
 
@@ -125,8 +133,9 @@ def shape_label(finalized: dict) -> str:
     f = finalized or {}
     if not f.get("hidden_size"):
         return "-"
-    return (f"h{f['hidden_size']} ffn{f.get('moe_ffn_hidden_size')} top{f.get('moe_router_topk')}/{f.get('num_moe_experts')}"
-            f" mbs{f.get('micro_batch_size')} seq{f.get('seq_length')}")
+    attn = f" attn{f['num_attention_heads']}x{f['kv_channels']}" if f.get("num_attention_heads") and f.get("kv_channels") else ""
+    return (f"h{f['hidden_size']}{attn} ffn{f.get('moe_ffn_hidden_size')} top{f.get('moe_router_topk')}/"
+            f"{f.get('num_moe_experts')} mbs{f.get('micro_batch_size')} seq{f.get('seq_length')}")
 
 
 def markdown(results: list[VariantResult], title: str) -> str:
@@ -162,10 +171,13 @@ def plot(results: list[VariantResult], path: Path) -> bool:
     several_shapes = len({shape_label(r.finalized) for r in ok}) > 1
 
     def name(r: VariantResult, sep: str) -> str:
-        tag = f"{sep}ffn {(r.finalized or {}).get('moe_ffn_hidden_size')}" if several_shapes else ""
+        f = r.finalized or {}
+        tag = f"{sep}s{f.get('seq_length')} f{f.get('moe_ffn_hidden_size')}" if several_shapes else ""
         return f"{r.link}{sep}{r.variant}{tag}"
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
+    bars = sum(1 for r in ok if r.variant != "off" and r.speedup)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13 + max(0, bars - 6) * 0.9, 4.5),
+                                   gridspec_kw={"width_ratios": [1, max(1.0, bars / 6)]})
     for r in ok:
         ax1.plot(range(len(r.step_times)), r.step_times, marker="o", ms=3, label=name(r, " / "))
     ax1.set(xlabel="iteration", ylabel="step time (s)", title="step time per iteration")

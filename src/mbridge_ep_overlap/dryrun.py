@@ -35,6 +35,8 @@ SUMMARY_FIELDS = (
     ("bf16", "model.bf16"),
     ("seq_length", "model.seq_length"),
     ("hidden_size", "model.hidden_size"),
+    ("num_attention_heads", "model.num_attention_heads"),
+    ("kv_channels", "model.kv_channels"),
     ("num_moe_experts", "model.num_moe_experts"),
     ("moe_router_topk", "model.moe_router_topk"),
     ("moe_ffn_hidden_size", "model.moe_ffn_hidden_size"),

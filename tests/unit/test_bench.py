@@ -42,18 +42,24 @@ def test_unknown_variant_or_link_is_a_usage_error(tmp_path):
         run_bench("qwen3_moe_proxy", 2, ["overlap"], ["infiniband"], tmp_path)
 
 
-@pytest.mark.parametrize("shape", ["comm-bound", "balanced"])
+@pytest.mark.parametrize("shape", ["comm-bound", "balanced", "long-seq"])
 def test_benchmark_shapes_finalize_through_mb(shape, tmp_path, capsys):
-    """Every bench shape is a valid override set for the proxy: MB's real finalize accepts it."""
+    """Every bench shape is a valid override set for the proxy: MB's real finalize accepts it, and
+    each keeps 16 microbatches of 8192 tokens per rank (the docs' commands rely on that)."""
     from mbridge_ep_overlap.bench import SHAPES
     from mbridge_ep_overlap.runner import main
 
-    code = main(["--recipe", "qwen3_moe_proxy", *SHAPES[shape], "--seq-length", "512", "--micro-batch-size", "16",
-                 "--global-batch-size", "512", "--dryrun", "--output-dir", str(tmp_path)])
+    batch = [] if "--seq-length" in SHAPES[shape] else ["--seq-length", "512", "--micro-batch-size", "16",
+                                                          "--global-batch-size", "512"]
+    code = main(["--recipe", "qwen3_moe_proxy", *SHAPES[shape], *batch, "--dryrun", "--output-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out
     ffn = next(o.split("=")[1] for o in SHAPES[shape] if o.startswith("model.moe_ffn_hidden_size="))
     assert f"moe_ffn_hidden_size: {ffn}" in out and "hidden_size: 2048" in out and "num_microbatches: 16" in out
+    fields = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    assert int(fields["micro_batch_size"]) * int(fields["seq_length"]) == 8192
+    if shape == "long-seq":
+        assert (fields["seq_length"], fields["num_attention_heads"], fields["kv_channels"]) == ("4096", "32", "128")
 
 
 def test_unknown_shape_is_a_usage_error(capsys):
@@ -96,4 +102,6 @@ def test_shape_label_from_finalized_fields():
     fin = {"hidden_size": 2048, "moe_ffn_hidden_size": 3072, "moe_router_topk": 8, "num_moe_experts": 16,
            "micro_batch_size": 16, "seq_length": 512}
     assert shape_label(fin) == "h2048 ffn3072 top8/16 mbs16 seq512"
+    assert shape_label({**fin, "num_attention_heads": 32, "kv_channels": 128, "micro_batch_size": 2,
+                        "seq_length": 4096}) == "h2048 attn32x128 ffn3072 top8/16 mbs2 seq4096"
     assert shape_label({}) == "-"
