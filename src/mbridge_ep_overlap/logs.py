@@ -2,11 +2,15 @@
 
 Contract
 --------
-From a Megatron-Bridge training log (plain, or torchrun-prefixed ``[default0]:`` lines) it reads
+A LOG is one file, or a folder: every ``*.log`` below it is one run's logs (torchrun ``--log-dir``
+with a file per rank, a bench run folder). MB prints the configuration summary on rank 0 and the
+iteration lines on the last rank only, so a single rank's file of a multi-rank run has one or the
+other; a folder merges them. From a Megatron-Bridge training log (plain, or torchrun-prefixed
+``[default0]:`` lines) it reads
 
 * the "Configuration Summary (Non-Default Values vs Megatron Core)" block: the overlap flag,
-  delayed wgrad, dispatcher type and flex backend (a field absent from the block has MCore's
-  default: overlap False, dispatcher 'allgather', backend 'deepep');
+  delayed wgrad, high-priority all-to-all stream, dispatcher type and flex backend (a field absent
+  from the block has MCore's default: overlap False, dispatcher 'allgather', backend 'deepep');
 * iteration lines: iteration, elapsed ms, lm loss, skipped and NaN counters;
 * warnings that mean a silent fallback (flex -> alltoall) or a slow path
   (``CUDA_DEVICE_MAX_CONNECTIONS=1``, reported by this library's rules).
@@ -14,8 +18,9 @@ From a Megatron-Bridge training log (plain, or torchrun-prefixed ``[default0]:``
 One log: a verdict (overlap active or not, and why), steady-window step time, loss health.
 Two logs (reference first, e.g. overlap off, then on): also the speedup over the steady window
 and loss parity (``numerics.compare_losses``). Exit 0 when the logs parse and the losses are
-healthy and match; 1 when they do not; 2 for an unreadable file or a file that is not a
-Megatron-Bridge training log (one line, no traceback).
+healthy and match; 1 when they do not, or when a log of the two has no iteration lines (then it
+says which, and that MB prints them on the last rank); 2 for an unreadable file, an empty folder or
+a file that is not a Megatron-Bridge training log (one line, no traceback).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ SLOW_CONNECTIONS = re.compile(r"cuda-device-max-connections|CUDA_DEVICE_MAX_CONN
 DEFAULTS = {
     "overlap_moe_expert_parallel_comm": "False",
     "delay_wgrad_compute": "False",
+    "high_priority_a2a_comm_stream": "False",
     "moe_token_dispatcher_type": "'allgather'",
     "moe_flex_dispatcher_backend": "'deepep'",
 }
@@ -79,11 +85,23 @@ class LogReport:
 
 def parse(path: str | Path) -> LogReport:
     p = Path(path)
-    try:
-        text = p.read_text(errors="replace")
-    except OSError as e:
-        raise UsageError("log file", str(path), f"a readable file ({e.strerror})") from None
+    files = sorted(p.rglob("*.log")) if p.is_dir() else [p]
+    if not files:
+        raise UsageError("log folder", str(path), "a folder with *.log files (torchrun --log-dir, a bench run folder)")
     report = LogReport(str(path))
+    for f in files:
+        try:
+            text = f.read_text(errors="replace")
+        except OSError as e:
+            raise UsageError("log file", str(f), f"a readable file ({e.strerror})") from None
+        _read_into(report, text)
+    if not report.has_summary and not report.iterations:
+        raise UsageError("Megatron-Bridge training log", str(path),
+                         "a log with the configuration summary or iteration lines")
+    return report
+
+
+def _read_into(report: LogReport, text: str) -> None:
     in_model_block = False
     for raw in text.splitlines():
         line = _PREFIX.sub("", raw)
@@ -92,19 +110,15 @@ def parse(path: str | Path) -> LogReport:
         if line.startswith("["):
             in_model_block = line.startswith("[model]")
         if in_model_block and (m := _FIELD.match(line)) and m.group(1) in DEFAULTS:
-            report.fields[m.group(1)] = m.group(2)
-        if m := _ITER.search(line):
+            report.fields.setdefault(m.group(1), m.group(2))
+        if (m := _ITER.search(line)) and int(m.group(1)) not in report.iterations:
             report.iterations[int(m.group(1))] = {
                 "ms": float(m.group(2)), "loss": float(m.group(3)), "skipped": int(m.group(4)), "nan": int(m.group(5)),
             }
-        if FALLBACK.search(line):
+        if FALLBACK.search(line) and line.strip() not in report.fallbacks:
             report.fallbacks.append(line.strip())
-        if SLOW_CONNECTIONS.search(line):
+        if SLOW_CONNECTIONS.search(line) and line.strip() not in report.slow_paths:
             report.slow_paths.append(line.strip())
-    if not report.has_summary and not report.iterations:
-        raise UsageError("Megatron-Bridge training log", str(path),
-                         "a log with the configuration summary or iteration lines")
-    return report
 
 
 def describe(report: LogReport, warmup: int) -> list[str]:
@@ -116,6 +130,8 @@ def describe(report: LogReport, warmup: int) -> list[str]:
         if report.value("moe_token_dispatcher_type") == "flex":
             why += f", backend={report.value('moe_flex_dispatcher_backend')}"
         why += f", delay_wgrad={report.value('delay_wgrad_compute')}"
+        if report.value("high_priority_a2a_comm_stream") == "True":
+            why += ", high-priority all-to-all stream"
         lines.append(f"EP overlap {state} ({why})")
     else:
         lines.append("EP overlap: unknown (no configuration summary in this log)")
@@ -123,6 +139,10 @@ def describe(report: LogReport, warmup: int) -> list[str]:
     if steady:
         lines.append(f"{len(report.iterations)} iterations; steady median {statistics.median(steady):.1f} ms/iteration "
                      f"(iterations after {warmup})")
+    elif not report.iterations:
+        lines.append(_NO_ITERATIONS)
+    else:
+        lines.append(f"{len(report.iterations)} iterations, none after the {warmup} warm-up iterations: no steady window")
     problems = report.unhealthy()
     lines.append("losses: " + ("; ".join(problems) if problems else "finite, 0 skipped, 0 NaN"))
     for f in report.fallbacks:
@@ -130,6 +150,10 @@ def describe(report: LogReport, warmup: int) -> list[str]:
     for s in report.slow_paths:
         lines.append(f"SLOW PATH: {s}")
     return lines
+
+
+_NO_ITERATIONS = ("no iteration lines: MB prints them on the last rank only - give that rank's log too, "
+                  "or the run's log folder")
 
 
 def verify(paths: list[str], warmup: int = 2) -> tuple[int, list[str]]:
@@ -143,19 +167,25 @@ def verify(paths: list[str], warmup: int = 2) -> tuple[int, list[str]]:
         code |= 1 if r.unhealthy() or r.fallbacks else 0
     if len(reports) == 2:
         ref, cand = reports
+        if not (ref.iterations and cand.iterations):
+            out.append(f"== {cand.path} vs {ref.path}: not compared ({_NO_ITERATIONS.split(':')[0]} in "
+                       + " and ".join(r.path for r in reports if not r.iterations) + ")")
+            return code | 1, out
         a, b = ref.steady_ms(warmup), cand.steady_ms(warmup)
-        speed = f"speedup {statistics.median(a) / statistics.median(b):.3f}x" if a and b else "speedup: no steady window"
+        speed = (f"speedup {statistics.median(a) / statistics.median(b):.3f}x over the steady window" if a and b
+                 else "no steady window for a speedup")
         parity = compare_losses(ref.losses(), cand.losses())
         verdict = (f"losses match (max rel diff {parity.max_rel_diff:.1e})" if parity.ok
                    else "losses DIFFER: " + "; ".join(parity.problems[:3]))
-        out.append(f"== {cand.path} vs {ref.path}: {speed} over the steady window; {verdict}")
+        out.append(f"== {cand.path} vs {ref.path}: {speed}; {verdict}")
         code |= 0 if parity.ok else 1
     return code, out
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("verify-log", help="verdict on MB training logs: overlap active, speedup, loss parity")
-    p.add_argument("logs", nargs="+", metavar="LOG", help="one log, or reference then candidate")
+    p.add_argument("logs", nargs="+", metavar="LOG",
+                   help="one log, or reference then candidate; a folder = all *.log below it (one run's ranks)")
     p.add_argument("--warmup", type=int, default=2, help="iterations excluded from the steady window")
     p.set_defaults(handler=_main)
 

@@ -76,3 +76,33 @@ def test_real_deepep_run_reads_as_active_flex_with_matching_losses(capsys):
     assert main(["verify-log", OFF, deepep]) == 0
     out = capsys.readouterr().out
     assert "dispatcher=flex, backend=deepep" in out and "losses match" in out
+
+
+RUNS = FIXTURES / "torchrun-long-seq"  # real excerpts: rank 0 has the summary, rank 1 the iterations
+
+
+def test_a_run_folder_merges_its_ranks(capsys):
+    """torchrun --log-dir keeps a file per rank; MB prints the summary on rank 0 and the iteration
+    lines on the last rank, so only the folder gives both."""
+    on = parse(RUNS / "overlap_hiprio")
+    assert on.overlap_active and on.value("high_priority_a2a_comm_stream") == "True"
+    assert sorted(on.iterations) == list(range(1, 13))
+    assert main(["verify-log", str(RUNS / "off"), str(RUNS / "overlap_hiprio")]) == 0
+    out = capsys.readouterr().out
+    assert "EP overlap NOT active" in out and "high-priority all-to-all stream" in out
+    speedup = float(out.split("speedup ")[1].split("x")[0])
+    assert speedup > 1.0 and "losses match" in out
+
+
+def test_rank_logs_without_iteration_lines_say_where_they_are(capsys):
+    rank0_off = str(RUNS / "off" / "attempt_0" / "0" / "stdout.log")
+    rank0_on = str(RUNS / "overlap_hiprio" / "attempt_0" / "0" / "stdout.log")
+    assert main(["verify-log", rank0_off, rank0_on]) == 1
+    out = capsys.readouterr().out
+    assert "no iteration lines: MB prints them on the last rank only" in out
+    assert f"not compared (no iteration lines in {rank0_off} and {rank0_on})" in out
+
+
+def test_empty_folder_is_a_clear_error(tmp_path, capsys):
+    assert main(["verify-log", str(tmp_path)]) == 2
+    assert "*.log" in capsys.readouterr().err
