@@ -50,12 +50,13 @@ VARIANTS = {
 # MLP (MCore ``TransformerLayerSchedulePlan.run``), so both halves need compute of the order of the
 # all-to-all - the regime overlap is designed for. Real models: Qwen3-30B-A3B FFN 0.375 x hidden,
 # top-8 of 128 experts, DeepSeek-V3 0.29 x hidden, top-8 of 256, both at sequence 4096 and longer.
-_WIDE = ["model.hidden_size=2048", "model.moe_router_topk=8", "model.num_attention_heads=16"]
+_MOE = ["model.hidden_size=2048", "model.moe_router_topk=8"]
+_WIDE = [*_MOE, "model.num_attention_heads=16"]
 SHAPES = {
     "default": [],
     "comm-bound": [*_WIDE, "model.moe_ffn_hidden_size=1536"],
     "balanced": [*_WIDE, "model.moe_ffn_hidden_size=3072"],
-    "long-seq": [*_WIDE, "model.moe_ffn_hidden_size=3072", "model.num_attention_heads=32", "model.kv_channels=128",
+    "long-seq": [*_MOE, "model.moe_ffn_hidden_size=3072", "model.num_attention_heads=32", "model.kv_channels=128",
                  "model.num_query_groups=4", "--seq-length", "4096", "--micro-batch-size", "2",
                  "--global-batch-size", "64"],
 }
