@@ -176,16 +176,16 @@ def plot(results: list[VariantResult], path: Path) -> bool:
         tag = f"{sep}s{f.get('seq_length')} f{f.get('moe_ffn_hidden_size')}" if several_shapes else ""
         return f"{r.link}{sep}{r.variant}{tag}"
 
-    bars = sum(1 for r in ok if r.variant != "off" and r.speedup)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13 + max(0, bars - 6) * 0.9, 4.5),
-                                   gridspec_kw={"width_ratios": [1, max(1.0, bars / 6)]})
+    compared = [r for r in ok if r.variant != "off" and r.speedup]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13 + max(0, len(compared) - 6) * 0.9, 4.5),
+                                   gridspec_kw={"width_ratios": [1, max(1.0, len(compared) / 6)]})
     for r in ok:
         ax1.plot(range(len(r.step_times)), r.step_times, marker="o", ms=3, label=name(r, " / "))
     ax1.set(xlabel="iteration", ylabel="step time (s)", title="step time per iteration")
     ax1.set_yscale("log")
     ax1.legend(fontsize=7)
-    labels = [name(r, "\n") for r in ok if r.variant != "off" and r.speedup]
-    values = [r.speedup for r in ok if r.variant != "off" and r.speedup]
+    labels = [name(r, "\n") for r in compared]
+    values = [r.speedup for r in compared]
     ax2.bar(range(len(values)), values, color=["tab:green" if v >= 1 else "tab:red" for v in values])
     ax2.axhline(1.0, color="black", lw=0.8)
     ax2.set_xticks(range(len(values)), labels, fontsize=7)

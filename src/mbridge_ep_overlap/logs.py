@@ -152,7 +152,8 @@ def describe(report: LogReport, warmup: int) -> list[str]:
     return lines
 
 
-_NO_ITERATIONS = ("no iteration lines: MB prints them on the last rank only - give that rank's log too, "
+_NO_ITERATION_LINES = "no iteration lines"
+_NO_ITERATIONS = (f"{_NO_ITERATION_LINES}: MB prints them on the last rank only - give that rank's log too, "
                   "or the run's log folder")
 
 
@@ -168,7 +169,7 @@ def verify(paths: list[str], warmup: int = 2) -> tuple[int, list[str]]:
     if len(reports) == 2:
         ref, cand = reports
         if not (ref.iterations and cand.iterations):
-            out.append(f"== {cand.path} vs {ref.path}: not compared ({_NO_ITERATIONS.split(':')[0]} in "
+            out.append(f"== {cand.path} vs {ref.path}: not compared ({_NO_ITERATION_LINES} in "
                        + " and ".join(r.path for r in reports if not r.iterations) + ")")
             return code | 1, out
         a, b = ref.steady_ms(warmup), cand.steady_ms(warmup)
