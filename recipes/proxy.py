@@ -18,7 +18,7 @@ from megatron.bridge import AutoBridge
 from megatron.bridge.models.gpt_provider import local_layer_spec
 from megatron.bridge.recipes.common import _pretrain_common
 
-from mbridge_ep_overlap.recipe import set_fields, with_ep_overlap
+from ._fields import set_fields
 
 PROXY_MODEL = "mbridge-ep-overlap/qwen3-moe-proxy"
 PROXY_VOCAB = 32768
@@ -52,7 +52,6 @@ def proxy_base(seq_length: int = 1024, global_batch_size: int = 16, micro_batch_
     return cfg
 
 
-@with_ep_overlap(name="qwen3_moe_proxy", gpu="h200", num_gpus=2, dispatcher="alltoall")
 def qwen3_moe_proxy():
     """Small Qwen3-MoE proxy, 2x H200, EP=2, alltoall (default recipe; runs without TE)."""
     return proxy_base()

@@ -12,10 +12,9 @@ from megatron.bridge.recipes.qwen.h100.qwen3_moe import (
     qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config,
 )
 
-from mbridge_ep_overlap.recipe import set_fields, with_ep_overlap
+from ._fields import set_fields
 
 
-@with_ep_overlap(name="qwen3_30b_a3b", gpu="h100", num_gpus=16, dispatcher="alltoall")
 def qwen3_30b_a3b():
     """Qwen3-30B-A3B pretrain, 16x H100, TP1 PP1 EP16, alltoall + EP overlap.
 
@@ -31,7 +30,6 @@ def qwen3_30b_a3b():
     return qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config()
 
 
-@with_ep_overlap(name="qwen3_30b_a3b_hybridep", gpu="h100", num_gpus=16, dispatcher="hybridep")
 def qwen3_30b_a3b_hybridep():
     """Qwen3-30B-A3B pretrain, 16x H100, TP1 PP1 EP16, flex/HybridEP + EP overlap.
 
@@ -46,7 +44,6 @@ def qwen3_30b_a3b_hybridep():
     return qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config()
 
 
-@with_ep_overlap(name="qwen3_235b_a22b", gpu="h100", num_gpus=256, dispatcher="alltoall")
 def qwen3_235b_a22b():
     """Qwen3-235B-A22B pretrain, 256x H100, TP2 PP8 VPP4 EP32, alltoall + EP overlap.
 

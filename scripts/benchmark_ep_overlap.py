@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""A/B benchmark of EP-overlap variants on a GPU node (see mbridge_ep_overlap.bench).
+"""A/B benchmark of EP-overlap variants on a GPU node (see mbridge_ep_overlap.tools.bench).
 
-    python scripts/benchmark_ep_overlap.py --variants off,overlap --links nvlink,throttled --comm-bound \
-        --out out/bench -- --seq-length 512 --micro-batch-size 16 --global-batch-size 512
+    python scripts/benchmark_ep_overlap.py --variants off,overlap,overlap:hiprio --links throttled \
+        --shape long-seq --out out/bench
 """
 
 import sys
 
-from mbridge_ep_overlap.cli import main
+from mbridge_ep_overlap.tools.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", *sys.argv[1:]]))

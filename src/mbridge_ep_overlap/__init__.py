@@ -1,36 +1,71 @@
 """mbridge_ep_overlap: MoE expert-parallel communication overlap for Megatron-Bridge, one call.
 
-Public API (everything else is internal):
+Public API (everything else is internal)::
 
-    enable_ep_overlap(cfg, dispatcher="alltoall", *, delay_wgrad=False, resolve="error", ...) -> OverlapPlan
+    enable_ep_overlap(cfg, dispatcher=None, *, delay_wgrad=None, high_priority_a2a=None,
+                      resolve="error", ...) -> OverlapPlan
     check_ep_overlap(cfg, *, environment=None) -> list[Violation]
-    EPOverlapError, Violation, Severity, OverlapPlan, ClusterEnvironment, describe, probe
+    disable_ep_overlap(cfg) -> list[FieldChange]
+    describe(gpu, num_gpus, ...) / probe() -> ClusterEnvironment
+    RunSpec, build(spec) -> Built          (the one pipeline the tools use)
+    EPOverlapError, UsageError, UpstreamRefusal, Violation, Severity, OverlapPlan, FieldChange, RULES
+
+Importing the package has no side effect and loads neither torch nor Megatron: each name is
+imported from its module on first use (PEP 562). The modules that need Megatron-Bridge install
+the import shims themselves (``target.shims``).
 """
 
-from . import import_shims as _import_shims
+from __future__ import annotations
 
-_import_shims.install()  # only for missing TE / NVRx, only for MB's two import sites; see its contract
+import importlib
+from typing import TYPE_CHECKING
 
-from .check import check_ep_overlap  # noqa: E402
-from .enable import enable_ep_overlap  # noqa: E402
-from .environment import ClusterEnvironment, describe, probe  # noqa: E402
-from .errors import EPOverlapError, Severity, UpstreamRefusal, UsageError, Violation  # noqa: E402
-from .plan import FieldChange, OverlapPlan  # noqa: E402
-from .rules import RULES  # noqa: E402
+__version__ = "0.2.0"
 
-__version__ = "0.1.0"
-__all__ = [
-    "enable_ep_overlap",
-    "check_ep_overlap",
-    "EPOverlapError",
-    "UsageError",
-    "UpstreamRefusal",
-    "Violation",
-    "Severity",
-    "OverlapPlan",
-    "FieldChange",
-    "ClusterEnvironment",
-    "describe",
-    "probe",
-    "RULES",
-]
+_EXPORTS = {
+    "enable_ep_overlap": "core.enable",
+    "disable_ep_overlap": "core.enable",
+    "check_ep_overlap": "core.engine",
+    "EPOverlapError": "core.errors",
+    "UsageError": "core.errors",
+    "UpstreamRefusal": "core.errors",
+    "Violation": "core.errors",
+    "Severity": "core.errors",
+    "OverlapPlan": "core.plan",
+    "FieldChange": "core.plan",
+    "RULES": "core.rules",
+    "ClusterEnvironment": "target.cluster",
+    "describe": "target.cluster",
+    "probe": "target.probe",
+    "RunSpec": "spec",
+    "build": "build",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if _EXPORTS[name] in ("core.enable", "core.engine", "build"):
+        from .target import shims
+
+        shims.install()  # these import Megatron-Bridge: MB 0.6.2 needs TE / NVRx placeholders without them
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from .build import build
+    from .core.enable import disable_ep_overlap, enable_ep_overlap
+    from .core.engine import check_ep_overlap
+    from .core.errors import EPOverlapError, Severity, UpstreamRefusal, UsageError, Violation
+    from .core.plan import FieldChange, OverlapPlan
+    from .core.rules import RULES
+    from .spec import RunSpec
+    from .target.cluster import ClusterEnvironment, describe
+    from .target.probe import probe

@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from mbridge_ep_overlap.launch import launch, proxy_args
-from mbridge_ep_overlap.numerics import BF16_RTOL, compare_losses, losses_from_summary
+from mbridge_ep_overlap.tools.launch import launch, proxy_args
+from mbridge_ep_overlap.tools.numerics import BF16_RTOL, compare_losses, losses_from_summary
 
 pytestmark = pytest.mark.gpu
 
@@ -90,7 +90,7 @@ def test_runs_end_within_timeout(baseline, overlap_alltoall):
 
 
 def test_delay_wgrad_variant(baseline):
-    from mbridge_ep_overlap.import_shims import real_te_available
+    from mbridge_ep_overlap.target.shims import real_te_available
 
     if not real_te_available():
         pytest.skip("Transformer Engine is not installed: delayed wgrad is a no-op on local layers, so it is refused")

@@ -1,7 +1,8 @@
 """Unit tests: CPU only, the real megatron-bridge / megatron-core, fake hardware only.
 
-Importing ``mbridge_ep_overlap`` first installs its import shims (TE and NVRx are not installed
-here). The hub is switched off for the whole session: recipes must build from shipped files.
+The import shims are installed first, explicitly, as every entry point that imports
+Megatron-Bridge does (TE and NVRx are not installed here). The hub is switched off for the whole
+session: recipes must build from shipped files.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
-import mbridge_ep_overlap  # noqa: E402,F401
-from mbridge_ep_overlap.environment import describe  # noqa: E402
-from mbridge_ep_overlap.offline import offline_architectures  # noqa: E402
+from mbridge_ep_overlap.target import shims  # noqa: E402
+
+shims.install()
+from mbridge_ep_overlap.target.cluster import describe  # noqa: E402
+from mbridge_ep_overlap.target.offline import offline_architectures  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

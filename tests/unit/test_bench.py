@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from mbridge_ep_overlap.bench import compare_to_baseline, markdown, plot, run_bench, summarize_run
-from mbridge_ep_overlap.errors import UsageError
+from mbridge_ep_overlap.tools.bench import compare_to_baseline, markdown, plot, run_bench, summarize_run
+from mbridge_ep_overlap.core.errors import UsageError
 
 
 def summary(times, losses, profile=None):
@@ -44,17 +44,18 @@ def test_unknown_variant_or_link_is_a_usage_error(tmp_path):
 
 @pytest.mark.parametrize("shape", ["comm-bound", "balanced", "long-seq"])
 def test_benchmark_shapes_finalize_through_mb(shape, tmp_path, capsys):
-    """Every bench shape is a valid override set for the proxy: MB's real finalize accepts it, and
-    each keeps 16 microbatches of 8192 tokens per rank (the docs' commands rely on that)."""
-    from mbridge_ep_overlap.bench import SHAPES
-    from mbridge_ep_overlap.runner import main
+    """Every bench shape is a valid RunSpec for the proxy: launched as run_script flags
+    (flags.to_argv, what bench hands torchrun), MB's real finalize accepts it, and each keeps 16
+    microbatches of 8192 tokens per rank (the docs' commands rely on that)."""
+    from mbridge_ep_overlap.tools.bench import SHAPES, shape_spec, variant_spec
+    from mbridge_ep_overlap.tools.flags import to_argv
+    from mbridge_ep_overlap.tools.run import main
 
-    batch = [] if "--seq-length" in SHAPES[shape] else ["--seq-length", "512", "--micro-batch-size", "16",
-                                                          "--global-batch-size", "512"]
-    code = main(["--recipe", "qwen3_moe_proxy", *SHAPES[shape], *batch, "--dryrun", "--output-dir", str(tmp_path)])
+    spec = variant_spec(shape_spec("qwen3_moe_proxy", shape, 12, []), "overlap")
+    code = main([*to_argv(spec), "--dryrun", "--output-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out
-    ffn = next(o.split("=")[1] for o in SHAPES[shape] if o.startswith("model.moe_ffn_hidden_size="))
+    ffn = next(o.split("=")[1] for o in SHAPES[shape]["overrides"] if o.startswith("model.moe_ffn_hidden_size="))
     assert f"moe_ffn_hidden_size: {ffn}" in out and "hidden_size: 2048" in out and "num_microbatches: 16" in out
     fields = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
     assert int(fields["micro_batch_size"]) * int(fields["seq_length"]) == 8192
@@ -62,15 +63,25 @@ def test_benchmark_shapes_finalize_through_mb(shape, tmp_path, capsys):
         assert (fields["seq_length"], fields["num_attention_heads"], fields["kv_channels"]) == ("4096", "32", "128")
 
 
-def test_unknown_shape_is_a_usage_error(capsys):
-    from mbridge_ep_overlap.cli import main
+def test_flags_after_double_dash_win_over_the_shape():
+    from mbridge_ep_overlap.tools.bench import shape_spec
 
-    assert main(["bench", "--shape", "huge", "--out", "out/never"]) == 2
-    assert "--shape" in capsys.readouterr().err
+    spec = shape_spec("qwen3_moe_proxy", "long-seq", 12, ["--seq-length", "2048", "model.moe_ffn_hidden_size=1536"])
+    assert spec.seq_length == 2048 and spec.micro_batch_size == 2
+    assert spec.overrides[-1] == "model.moe_ffn_hidden_size=1536" and "model.moe_ffn_hidden_size=3072" in spec.overrides
+
+
+def test_unknown_shape_is_a_usage_error(capsys):
+    from mbridge_ep_overlap.tools.cli import main
+
+    with pytest.raises(SystemExit) as excinfo:
+        main(["bench", "--shape", "huge", "--out", "out/never"])
+    err = capsys.readouterr().err
+    assert excinfo.value.code == 2 and "--shape" in err and len(err.strip().splitlines()) == 1
 
 
 def test_report_merges_folders_each_against_its_own_baseline(tmp_path):
-    from mbridge_ep_overlap.bench import _write_json, report
+    from mbridge_ep_overlap.tools.bench import _write_json, report
 
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
@@ -97,7 +108,7 @@ def test_row_without_recognized_all_to_all_shows_no_efficiency():
 
 
 def test_shape_label_from_finalized_fields():
-    from mbridge_ep_overlap.bench import shape_label
+    from mbridge_ep_overlap.tools.bench import shape_label
 
     fin = {"hidden_size": 2048, "moe_ffn_hidden_size": 3072, "moe_router_topk": 8, "num_moe_experts": 16,
            "micro_batch_size": 16, "seq_length": 512}

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mbridge_ep_overlap.cli import main
+from mbridge_ep_overlap.tools.cli import main
 
 
 def test_plan_default_recipe_accepted(capsys):
@@ -47,7 +47,7 @@ def test_plan_for_another_gpu(capsys):
         (["plan", "--recipe", "nope"], "unknown recipe 'nope'"),
         (["plan", "--gpu", "x100"], "invalid choice: 'x100'"),
         (["plan", "--dispatcher", "magic"], "invalid choice: 'magic'"),
-        (["plan", "--set", "novalue"], "unknown --set value 'novalue'"),
+        (["plan", "--set", "novalue"], "malformed override 'novalue'"),
         (["plan", "--num-gpus", "0"], "--num-gpus"),
         (["nosuch"], "invalid choice: 'nosuch'"),
     ],

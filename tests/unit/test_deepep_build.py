@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from mbridge_ep_overlap.dispatcher import usable_here
-from mbridge_ep_overlap.environment import describe, summarize_deep_ep_build
+from mbridge_ep_overlap.core.dispatcher import problems
+from mbridge_ep_overlap.target.cluster import describe
+from mbridge_ep_overlap.target.probe import summarize_deep_ep_build
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,10 +44,10 @@ def test_deepep_without_nvshmem_is_not_usable_but_hybridep_is():
     # Seen on 2x H200: MCore 0.19's get_buffer() calls get_rdma_buffer_size_hint even at EP=2, and a
     # DeepEP built with DEEPEP_NVSHMEM=off asserts there; HybridEP in the same build ran.
     env = replace(describe("h200", 2, deep_ep_version="1.2.1"), deep_ep_nvshmem=False, hybrid_ep_available=True)
-    ok, why = usable_here("deepep", env)
-    assert not ok and "without NVSHMEM" in why and "DEEPEP_NVSHMEM=auto" in why
-    assert usable_here("hybridep", env)[0]
-    assert usable_here("deepep", replace(env, deep_ep_nvshmem=True)) == (True, "deep_ep 1.2.1 on NVIDIA H200")
+    why = " ".join(problems("deepep", env))
+    assert "without NVSHMEM" in why and "DEEPEP_NVSHMEM=auto" in why
+    assert problems("hybridep", env) == []
+    assert problems("deepep", replace(env, deep_ep_nvshmem=True)) == []
 
 
 @pytest.fixture()
@@ -87,7 +88,7 @@ def test_flex_buffer_evidence_reads_the_globals_megatron_core_really_has():
     globals; if a megatron-core update renamed them, this evidence would silently read False."""
     from megatron.core.transformer.moe import fused_a2a
 
-    from mbridge_ep_overlap.evidence import flex_buffers
+    from mbridge_ep_overlap.tools.evidence import flex_buffers
 
     assert hasattr(fused_a2a, "_buffer") and hasattr(fused_a2a, "_hybrid_ep_buffer")
     assert flex_buffers() == {"deepep": False, "hybridep": False}

@@ -8,8 +8,9 @@ import json
 import pytest
 
 from mbridge_ep_overlap import EPOverlapError, UsageError, enable_ep_overlap
-from mbridge_ep_overlap.environment import describe, simulate
-from mbridge_ep_overlap.finalize import is_installed
+from mbridge_ep_overlap.target.cluster import describe
+from mbridge_ep_overlap.target.simulate import simulate
+from mbridge_ep_overlap.core.enforcement import is_installed
 
 
 def finalize(cfg, env):
@@ -169,12 +170,14 @@ def test_hybridep_gets_topology_env(proxy_cfg):
 def test_auto_dispatcher_choice(gpu, ep, deep_ep, expected):
     from dataclasses import replace
 
-    from mbridge_ep_overlap.dispatcher import choose
+    from types import SimpleNamespace
+
+    from mbridge_ep_overlap.core.dispatcher import decide
 
     env = describe(gpu, ep, deep_ep_version=deep_ep)
     if gpu == "gb200":
         env = replace(env, hybrid_ep_available=True)
-    choice = choose("auto", env, ep)
+    choice = decide("auto", SimpleNamespace(expert_model_parallel_size=ep), env, "error", keep_current=False)
     assert choice.dispatcher == expected and choice.reason.startswith("auto:")
 
 
@@ -223,7 +226,7 @@ def test_high_priority_a2a_stream_is_opt_in_recorded_and_survives_finalize(proxy
     from megatron.bridge.training.config import runtime_config_update
 
     from mbridge_ep_overlap import enable_ep_overlap
-    from mbridge_ep_overlap.environment import simulate
+    from mbridge_ep_overlap.target.simulate import simulate
 
     plan = enable_ep_overlap(proxy_cfg, "alltoall", high_priority_a2a=True, environment=h100x2)
     assert [c.path for c in plan.changes if "high_priority" in c.path] == ["model.high_priority_a2a_comm_stream"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mbridge_ep_overlap import EPOverlapError, enable_ep_overlap
-from mbridge_ep_overlap.environment import simulate
-from mbridge_ep_overlap.finalize import EPOverlapConfigContainer, is_installed, uninstall
+from mbridge_ep_overlap.target.simulate import simulate
+from mbridge_ep_overlap.core.enforcement import EPOverlapConfigContainer, is_installed, remove
 
 
 def runtime_config_update(cfg, env):
@@ -40,7 +40,7 @@ def test_overrides_after_enable_are_refused_with_every_violation(proxy_cfg, h100
 
 def test_without_enforcement_mb_stops_at_its_first_bare_assert(proxy_cfg, h100x2):
     enable_ep_overlap(proxy_cfg, environment=h100x2)
-    uninstall(proxy_cfg)
+    remove(proxy_cfg)
     proxy_cfg.model.mtp_num_layers = 3
     proxy_cfg.model.recompute_granularity = "selective"
     proxy_cfg.model.recompute_method = "uniform"
@@ -69,6 +69,6 @@ def test_yaml_round_trip_keeps_enforcement(proxy_cfg, h100x2, tmp_path):
     enable_ep_overlap(proxy_cfg, environment=h100x2)
     path = tmp_path / "cfg.yaml"
     proxy_cfg.to_yaml(str(path))
-    assert "mbridge_ep_overlap.finalize.EPOverlapConfigContainer" in path.read_text()
+    assert "mbridge_ep_overlap.core.enforcement.EPOverlapConfigContainer" in path.read_text()
     loaded = ConfigContainer.from_yaml(str(path))
     assert is_installed(loaded)

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from mbridge_ep_overlap import import_shims
+from mbridge_ep_overlap.target import shims as import_shims
 
 
 def run_python(code: str, extra_path: str | None = None) -> subprocess.CompletedProcess:
@@ -47,7 +47,8 @@ def test_placeholder_objects_refuse_to_run():
 def test_mb_pretrain_imports_without_nvidia_resiliency_ext():
     result = run_python(
         """
-        import mbridge_ep_overlap
+        from mbridge_ep_overlap.target import shims
+        shims.install()
         from megatron.bridge.training.pretrain import pretrain
         import importlib.util, sys
         assert importlib.util.find_spec("nvidia_resiliency_ext") is None
@@ -74,3 +75,20 @@ def test_inactive_when_the_real_package_is_installed(tmp_path, monkeypatch):
     finally:
         for name in ("transformer_engine.pytorch", "transformer_engine"):
             sys.modules.pop(name, None)
+
+
+def test_importing_the_package_has_no_side_effects():
+    """Public API only: no shims, no torch, no Megatron until a name that needs them is used."""
+    result = run_python(
+        """
+        import sys
+        import mbridge_ep_overlap
+        from mbridge_ep_overlap.target import shims
+        assert shims.installed() == (), shims.installed()
+        assert not any(m == "torch" or m.startswith("megatron") for m in sys.modules), sorted(sys.modules)
+        from mbridge_ep_overlap import enable_ep_overlap  # needs MB: installs the shims it needs
+        assert "transformer_engine" in shims.installed()
+        print("OK")
+        """
+    )
+    assert result.stdout.strip().endswith("OK"), result.stderr[-2000:]

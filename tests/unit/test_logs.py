@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from mbridge_ep_overlap.cli import main
-from mbridge_ep_overlap.errors import UsageError
-from mbridge_ep_overlap.logs import parse, verify
+from mbridge_ep_overlap.tools.cli import main
+from mbridge_ep_overlap.core.errors import UsageError
+from mbridge_ep_overlap.tools.logs import parse, verify
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 OFF, ON = str(FIXTURES / "baseline_off.log"), str(FIXTURES / "overlap_alltoall.log")

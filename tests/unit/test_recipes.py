@@ -6,12 +6,13 @@ import socket
 
 import pytest
 
-from mbridge_ep_overlap import enable_ep_overlap
-from mbridge_ep_overlap.dryrun import finalize_for
-from mbridge_ep_overlap.environment import describe, simulate
-from mbridge_ep_overlap.recipe import RECIPES, load_recipes
+from mbridge_ep_overlap import RunSpec, build, enable_ep_overlap
+from mbridge_ep_overlap.build import finalize
+from mbridge_ep_overlap.spec import registered_recipes, resolve_recipe
+from mbridge_ep_overlap.target.cluster import describe
+from mbridge_ep_overlap.target.simulate import simulate
 
-load_recipes()
+RECIPES = registered_recipes()
 NAMES = sorted(RECIPES)
 
 
@@ -33,20 +34,20 @@ def test_all_issue_recipes_are_registered():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_recipe_builds_offline_and_finalizes_with_overlap_on(name, no_network):
-    recipe = RECIPES[name]
-    cfg, plan = recipe.build()
-    assert plan is not None and cfg.comm_overlap.overlap_moe_expert_parallel_comm is True
-    result = finalize_for(cfg, recipe.cluster())
+    entry = RECIPES[name]
+    built = build(RunSpec(recipe=name))
+    assert built.plan is not None and built.cfg.comm_overlap.overlap_moe_expert_parallel_comm is True
+    result = finalize(built)
     s = result.summary
     assert s["overlap_moe_expert_parallel_comm"] is True
     assert s["delay_wgrad_compute"] is False
     assert s["moe_shared_expert_overlap"] is False
     assert s["num_microbatches"] >= 2
     assert s["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
-    expected = {"alltoall": "alltoall", "deepep": "flex", "hybridep": "flex"}[recipe.info.dispatcher]
+    expected = {"alltoall": "alltoall", "deepep": "flex", "hybridep": "flex"}[entry.dispatcher]
     assert s["moe_token_dispatcher_type"] == expected
     if expected == "flex":
-        assert s["moe_flex_dispatcher_backend"] == recipe.info.dispatcher
+        assert s["moe_flex_dispatcher_backend"] == entry.dispatcher
     # TE-only features are switched off only for this TE-less dry run, never an EP-overlap field.
     ep_fields = {"comm_overlap.overlap_moe_expert_parallel_comm", "comm_overlap.delay_wgrad_compute",
                  "model.moe_token_dispatcher_type", "model.moe_flex_dispatcher_backend", "model.moe_shared_expert_overlap"}
@@ -58,7 +59,7 @@ def test_recipe_builds_offline_and_finalizes_with_overlap_on(name, no_network):
     [("qwen3_30b_a3b", (1, 1, None, 16)), ("qwen3_235b_a22b", (2, 8, 4, 32)), ("deepseek_v3", (2, 8, 4, 64))],
 )
 def test_recipe_parallel_layout(name, parallel):
-    m = RECIPES[name].base().model
+    m = resolve_recipe(name).config().model
     assert (m.tensor_model_parallel_size, m.pipeline_model_parallel_size,
             m.virtual_pipeline_model_parallel_size, m.expert_model_parallel_size) == parallel
 
@@ -79,8 +80,8 @@ def test_mb_base_recipes_assert_with_overlap_on_without_our_changes(base_recipe,
     from megatron.bridge.training.comm_overlap import CommOverlapConfig
     from megatron.bridge.training.config import runtime_config_update
 
-    from mbridge_ep_overlap.dryrun import without_te
-    from mbridge_ep_overlap.offline import offline_architectures
+    from mbridge_ep_overlap.target.simulated_finalize import without_te
+    from mbridge_ep_overlap.target.offline import offline_architectures
 
     module, fn = base_recipe.split(":")
     with offline_architectures():
@@ -94,7 +95,7 @@ def test_mb_base_recipes_assert_with_overlap_on_without_our_changes(base_recipe,
 
 def test_deepseek_base_recipe_is_refused_by_us_before_megatron_asserts():
     from mbridge_ep_overlap import EPOverlapError
-    from mbridge_ep_overlap.offline import offline_architectures
+    from mbridge_ep_overlap.target.offline import offline_architectures
     from megatron.bridge.recipes.deepseek.h100.deepseek_v3 import deepseek_v3_pretrain_1024gpu_h100_bf16_config
 
     with offline_architectures():
@@ -107,8 +108,8 @@ def test_deepseek_base_recipe_is_refused_by_us_before_megatron_asserts():
 def test_unknown_hub_id_is_refused_offline():
     from megatron.bridge import AutoBridge
 
-    from mbridge_ep_overlap.errors import UsageError
-    from mbridge_ep_overlap.offline import offline_architectures
+    from mbridge_ep_overlap.core.errors import UsageError
+    from mbridge_ep_overlap.target.offline import offline_architectures
 
     with offline_architectures(), pytest.raises(UsageError, match="offline build"):
         AutoBridge.from_hf_pretrained("someone/not-shipped")

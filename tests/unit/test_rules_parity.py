@@ -20,9 +20,10 @@ import pytest
 from packaging.version import Version
 
 from mbridge_ep_overlap import check_ep_overlap
-from mbridge_ep_overlap.environment import describe, simulate
-from mbridge_ep_overlap.errors import Severity
-from mbridge_ep_overlap.rules import OURS, RULES, RULES_BY_ID
+from mbridge_ep_overlap.target.cluster import describe
+from mbridge_ep_overlap.target.simulate import simulate
+from mbridge_ep_overlap.core.errors import Severity
+from mbridge_ep_overlap.core.rules import RULES, RULES_BY_ID, Upstream
 
 BASE_WORLD = 16
 
@@ -229,7 +230,7 @@ def test_rule_matches_upstream(case: Case, proxy_cfg):
     found = violated(cfg, env, case.forward_step, include_advice=rule.severity is Severity.ADVICE)
     assert found == {case.rule, *case.also}, f"expected only {case.rule}, got {found}"
 
-    if rule.upstream == OURS:
+    if rule.upstream is Upstream.NONE:
         upstream_finalize(cfg, env, case)  # upstream accepts it: that is the gap this rule closes
         if case.rule in ("model-flag-reverted", "comm-overlap-snapshot-stale"):
             assert cfg.model.overlap_moe_expert_parallel_comm is False, "upstream silently turned overlap off"
@@ -241,16 +242,9 @@ def test_rule_matches_upstream(case: Case, proxy_cfg):
         )
 
 
-def test_rule_table_halves_must_agree(tmp_path):
-    import yaml
-
-    from mbridge_ep_overlap import rules
-
-    entries = yaml.safe_load(rules.Path(rules.__file__).with_name("rules.yaml").read_text())
-    broken = tmp_path / "rules.yaml"
-    broken.write_text(yaml.safe_dump(entries[1:]))
-    with pytest.raises(RuntimeError, match="ep-size"):
-        rules._load(broken)
-    broken.write_text(yaml.safe_dump(entries + entries[:1]))
-    with pytest.raises(RuntimeError, match="duplicates: \\['ep-size'\\]"):
-        rules._load(broken)
+def test_each_rule_carries_its_text_check_and_upstream_side_by_side():
+    """A rule is one object: text, check and the upstream check it mirrors (matched by the cases above)."""
+    for rule in RULES:
+        assert rule.message and rule.fix and rule.required and rule.field and callable(rule.check), rule.id
+        assert bool(rule.upstream_match) == (rule.upstream is not Upstream.NONE), rule.id
+    assert len({r.id for r in RULES}) == len(RULES)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mbridge_ep_overlap.runner import main
+from mbridge_ep_overlap.tools.run import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,9 +57,9 @@ def test_flag_table(argv, expected, capsys, tmp_path):
 
 
 def test_ep_overlap_off_really_turns_a_recipes_overlap_off(capsys, tmp_path):
-    from mbridge_ep_overlap.recipe import RECIPES
+    from mbridge_ep_overlap import RunSpec, build
 
-    assert RECIPES["qwen3_235b_a22b"]().comm_overlap.overlap_moe_expert_parallel_comm is True
+    assert build(RunSpec(recipe="qwen3_235b_a22b")).cfg.comm_overlap.overlap_moe_expert_parallel_comm is True
     code, fields, _, _ = dry(capsys, tmp_path, "--recipe", "qwen3_235b_a22b", "--ep-overlap", "off")
     assert code == 0 and fields["overlap_moe_expert_parallel_comm"] == "False"
     assert "comm_overlap:" in (tmp_path / "qwen3_235b_a22b.yaml").read_text()
@@ -82,12 +82,12 @@ def test_refused_override_exits_1_with_every_violation(capsys, tmp_path):
         (["--recipe", "nope"], "unknown recipe 'nope'"),
         (["--recipe", "qwen3_moe_proxy", "--bogus"], "unrecognized argument '--bogus'"),
         (["--recipe", "qwen3_moe_proxy", "--dispatcher", "nccl"], "invalid choice: 'nccl'"),
-        (["--recipe", "qwen3_moe_proxy", "--ep", "0"], "--expert-model-parallel-size must be >= 1"),
+        (["--recipe", "qwen3_moe_proxy", "--ep", "0"], "argument --ep: must be an integer >= 1, got '0'"),
         (["--recipe", "qwen3_moe_proxy", "garbage"], "malformed override 'garbage'"),
         (["--recipe", "qwen3_moe_proxy", "model.no_such_field=[1"], "override"),
         (["--recipe", "qwen3_moe_proxy", "--ep-overlap", "off", "--a2a-priority", "high"],
-         "--a2a-priority 'high'; allowed: 'default' while --ep-overlap is off"),
-        (["--recipe", "qwen3_moe_proxy", "--ep-overlap", "off", "--delay-wgrad", "on"], "--delay-wgrad 'on'"),
+         "(--a2a-priority) True; allowed: False or None while EP overlap is off"),
+        (["--recipe", "qwen3_moe_proxy", "--ep-overlap", "off", "--delay-wgrad", "on"], "(--delay-wgrad) True"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(argv, needle, capsys, tmp_path):

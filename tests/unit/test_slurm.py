@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from mbridge_ep_overlap.slurm import main
+from mbridge_ep_overlap.tools.slurm import main
 
 
 def script(capsys, *argv):
@@ -20,7 +20,7 @@ def test_qwen3_30b_two_nodes(capsys, tmp_path):
     for line in ("#SBATCH --nodes=2", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=batch",
                  "export CUDA_DEVICE_MAX_CONNECTIONS=32", "export NCCL_NVLS_ENABLE=0",
                  "torchrun --nnodes $SLURM_NNODES --nproc_per_node 8",
-                 "scripts/run_script.py --recipe qwen3_30b_a3b --ep-overlap on --delay-wgrad off train.train_iters=50"):
+                 "scripts/run_script.py --recipe qwen3_30b_a3b --ep-overlap on train.train_iters=50"):
         assert line in out, line
     # the exports come before the process starts
     assert out.index("export CUDA_DEVICE_MAX_CONNECTIONS") < out.index("srun ")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mbridge_ep_overlap.trace import analyze, classify, intersection, length, union
+from mbridge_ep_overlap.tools.trace import analyze, classify, intersection, length, union
 
 
 def k(name, ts, dur):

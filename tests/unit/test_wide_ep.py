@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from mbridge_ep_overlap.launch import launch_command, proxy_args
-from mbridge_ep_overlap.runner import main
+from mbridge_ep_overlap.tools.launch import launch_command, proxy_args
+from mbridge_ep_overlap.tools.run import main
 
 
 @pytest.mark.parametrize("nproc", [2, 4, 8])
@@ -25,6 +25,6 @@ def test_launch_command_and_finalized_config(nproc, tmp_path, capsys):
 
 
 def test_proxy_has_experts_for_ep16():
-    from mbridge_ep_overlap.recipe import get_recipe
+    from mbridge_ep_overlap.spec import resolve_recipe
 
-    assert get_recipe("qwen3_moe_proxy").base().model.num_moe_experts == 16
+    assert resolve_recipe("qwen3_moe_proxy").config().model.num_moe_experts == 16

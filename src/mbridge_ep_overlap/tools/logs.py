@@ -31,7 +31,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import UsageError
+from ..core.errors import UsageError
 from .numerics import compare_losses
 
 _PREFIX = re.compile(r"^\[[a-z]*\d+\]:\s?")
@@ -121,7 +121,7 @@ def _read_into(report: LogReport, text: str) -> None:
             report.slow_paths.append(line.strip())
 
 
-def describe(report: LogReport, warmup: int) -> list[str]:
+def verdict_lines(report: LogReport, warmup: int) -> list[str]:
     lines = []
     if report.has_summary:
         state = "ACTIVE" if report.overlap_active else "NOT active"
@@ -164,7 +164,7 @@ def verify(paths: list[str], warmup: int = 2) -> tuple[int, list[str]]:
     out, code = [], 0
     for r in reports:
         out.append(f"== {r.path}")
-        out += [f"  {line}" for line in describe(r, warmup)]
+        out += [f"  {line}" for line in verdict_lines(r, warmup)]
         code |= 1 if r.unhealthy() or r.fallbacks else 0
     if len(reports) == 2:
         ref, cand = reports

@@ -12,7 +12,8 @@ nothing on the EP-overlap path uses them there:
   ``megatron.bridge.training.pretrain``, used only as a type annotation. The newest release on
   PyPI (0.4.1) cannot simply be installed: megatron-core 0.19.2 asserts NVRx >= 0.6.0 at import.
 
-``install()`` adds one import hook that answers an import of such a package with a placeholder
+Nothing is installed at import: ``install()`` is called explicitly by the modules that import
+Megatron-Bridge (``core.enforcement``, the tools' MB entry points). It adds one import hook that answers an import of such a package with a placeholder
 module **only** while one of the importers listed for it in ``SHIMS`` is executing, and only when
 the real package is missing. It promises:
 
@@ -44,7 +45,7 @@ class Shim:
     package: str
     modules: tuple[str, ...]  # the placeholder module names handed out
     importers: frozenset[str]  # the only modules that may receive them
-    probe: str  # what must import for the real package to count as installed
+    real_module: str  # what must import for the real package to count as installed
 
 
 SHIMS: tuple[Shim, ...] = (
@@ -54,13 +55,13 @@ SHIMS: tuple[Shim, ...] = (
         importers=frozenset(
             {"megatron.bridge.peft.lora_layers", "megatron.bridge.models.gpt_full_te_layer_autocast_spec"}
         ),
-        probe="transformer_engine.pytorch",
+        real_module="transformer_engine.pytorch",
     ),
     Shim(
         package="nvidia_resiliency_ext",
         modules=("nvidia_resiliency_ext", "nvidia_resiliency_ext.inprocess"),
         importers=frozenset({"megatron.bridge.training.pretrain"}),
-        probe="nvidia_resiliency_ext.inprocess",
+        real_module="nvidia_resiliency_ext.inprocess",
     ),
 )
 
@@ -72,7 +73,7 @@ class MissingOptionalPackage(RuntimeError):
 def _placeholder_class(name: str) -> type:
     def _raise(*_args, **_kwargs):
         raise MissingOptionalPackage(
-            f"'{name}' is a placeholder from mbridge_ep_overlap.import_shims: the package is not "
+            f"'{name}' is a placeholder from mbridge_ep_overlap.target.shims: the package is not "
             "installed. Install it to use this feature."
         )
 
@@ -141,7 +142,7 @@ def _real_package_imports(shim: Shim) -> bool:
 
     _purge(shim.modules)
     try:
-        __import__(shim.probe)
+        __import__(shim.real_module)
     except Exception:  # ImportError, or OSError for broken CUDA libraries
         return False
     return not getattr(sys.modules.get(shim.package), _MARK, False)
@@ -196,9 +197,3 @@ def install() -> tuple[str, ...]:
                 for shim in missing:
                     _purge(shim.modules)
     return installed()
-
-
-def uninstall() -> None:
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]
-    for shim in SHIMS:
-        _purge(shim.modules)

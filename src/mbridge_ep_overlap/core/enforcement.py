@@ -7,31 +7,53 @@ exactly two hooks and no fields:
 
 * ``set_data_parallel_size()`` - ``runtime_config_update`` (what ``pretrain()`` calls) runs it
   after mixed precision is applied and *before* ``CommOverlapConfig.setup()`` and MCore's
-  ``__post_init__`` reach their first bare assert;
+  ``__post_init__`` reach their first bare assert; our rules run before MB's own arithmetic there;
 * ``validate()`` - for callers that validate directly.
 
 Both run every rule against the config as it is *now* (so Hydra-style overrides applied after
-``enable_ep_overlap`` are checked) on ``environment.current()`` and raise ``EPOverlapError``
-listing all errors on every rank; warnings are logged once, by rank 0. The subclass serialises under its own
-``_target_`` so a YAML round trip keeps the enforcement. ``uninstall(cfg)`` restores the class.
+``enable_ep_overlap`` are checked) on the current target (``target.simulate.current``: the
+simulated target in a dry run, what is really installed on a GPU node) and raise
+``EPOverlapError`` listing all errors on every rank; warnings are logged once, by rank 0. Inside
+``already_checked(cfg, report)`` - used by ``build`` between its one evaluation and MB's finalize
+of the same object - the report is reused instead of evaluating the table again. The subclass
+serialises under its own ``_target_`` so a YAML round trip keeps the enforcement; ``remove(cfg)``
+restores the class. Importing this module imports Megatron-Bridge (with the import shims).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
 import sys
+from typing import Iterator
 
-from . import environment as environment_mod
-from .check import evaluate
+from ..target import shims
+from .engine import Report, evaluate
 from .errors import Severity
+
+shims.install()  # explicit: MB 0.6.2 imports TE / NVRx unconditionally (see target.shims)
 
 logger = logging.getLogger("mbridge_ep_overlap")
 _warned: set[str] = set()
+_CHECKED: contextvars.ContextVar[tuple[int, Report] | None] = contextvars.ContextVar(
+    "mbridge_ep_overlap_checked", default=None)
+
+
+@contextlib.contextmanager
+def already_checked(cfg, report: Report) -> Iterator[None]:
+    """Within this block, enforcement on ``cfg`` (this object) reuses ``report``."""
+    token = _CHECKED.set((id(cfg), report))
+    try:
+        yield
+    finally:
+        _CHECKED.reset(token)
 
 
 def enforce(cfg, stage: str) -> None:
-    report = evaluate(cfg, environment_mod.current())
+    checked = _CHECKED.get()
+    report = checked[1] if checked and checked[0] == id(cfg) else evaluate(cfg)
     rank0 = os.environ.get("RANK", "0") == "0"  # errors raise on every rank; warnings print once
     for v in report.violations:
         if rank0 and v.severity is not Severity.ERROR and v.line() not in _warned:
@@ -44,8 +66,8 @@ class EPOverlapEnforcement:
     """Mixin placed before the ConfigContainer class in the MRO."""
 
     def set_data_parallel_size(self) -> None:
-        super().set_data_parallel_size()
         enforce(self, "runtime_config_update")
+        super().set_data_parallel_size()
 
     def validate(self) -> None:
         enforce(self, "validate")
@@ -75,7 +97,7 @@ def install(cfg) -> None:
         cfg.__class__ = _enforcing_class(type(cfg))
 
 
-def uninstall(cfg) -> None:
+def remove(cfg) -> None:
     if is_installed(cfg):
         cfg.__class__ = next(c for c in type(cfg).__mro__[1:] if not issubclass(c, EPOverlapEnforcement))
 

@@ -3,7 +3,9 @@
 Contract
 --------
 Runs one recipe as separate ``torchrun`` jobs (``launch.launch``), one per variant and link: the
-same seed, mock data, shapes and overrides; only the variant's flags differ. Variants:
+same seed, mock data, shape and overrides. A shape and a variant are typed ``RunSpec`` changes
+(``SHAPES``, ``VARIANTS``), turned into ``run_script.py`` flags by ``flags.to_argv`` only at
+launch; every argument is checked before anything is launched. Variants:
 ``off``, ``overlap`` (alltoall), ``overlap+delay_wgrad`` (only where Transformer Engine imports),
 ``deepep`` / ``hybridep`` (only where ``deep_ep`` imports), plus tuning variants that change one
 thing the library controls (``overlap:cdmc1`` = ``CUDA_DEVICE_MAX_CONNECTIONS=1``,
@@ -12,7 +14,7 @@ thing the library controls (``overlap:cdmc1`` = ``CUDA_DEVICE_MAX_CONNECTIONS=1`
 
 Per variant: median and spread of step time over the steady window (after ``--warmup`` steps,
 before the profiled steps), tokens/s, peak memory per rank, per-iteration losses and their parity
-against ``off`` on the same link, and - from a torch-profiler window on rank 0 - the overlap
+against ``off`` on the same link and shape, and - from a torch-profiler window on rank 0 - the overlap
 efficiency of ``trace.analyze``. Output folder: ``results.json`` (every number),
 ``benchmarks.md`` (the table) and ``benchmarks.png`` (step time per iteration, speedups).
 Timings are reported, never asserted.
@@ -25,22 +27,36 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import UsageError
+from ..core.errors import UsageError
+from ..spec import RunSpec
 from .launch import launch
 from .numerics import compare_losses, losses_from_summary
 
 LINKS = {"nvlink": {}, "throttled": {"NCCL_P2P_DISABLE": "1"}}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One benchmark variant: the ``RunSpec`` fields it changes, the launcher variables it sets,
+    and what must be installed for it ('te', 'deep_ep', 'hybrid_ep' or '')."""
+
+    changes: dict
+    env: dict = field(default_factory=dict)
+    needs: str = ""
+
+
+ALLTOALL = {"ep_overlap": True, "dispatcher": "alltoall"}
 VARIANTS = {
-    "off": (["--ep-overlap", "off"], {}),
-    "overlap": (["--ep-overlap", "on", "--dispatcher", "alltoall"], {}),
-    "overlap+delay_wgrad": (["--ep-overlap", "on", "--dispatcher", "alltoall", "--delay-wgrad", "on"], {}),
-    "deepep": (["--ep-overlap", "on", "--dispatcher", "deepep"], {}),
-    "hybridep": (["--ep-overlap", "on", "--dispatcher", "hybridep"], {}),
-    "overlap:cdmc1": (["--ep-overlap", "on", "--dispatcher", "alltoall"], {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
-    "overlap:hiprio": (["--ep-overlap", "on", "--dispatcher", "alltoall", "--a2a-priority", "high"], {}),
+    "off": Variant({"ep_overlap": False}),
+    "overlap": Variant(ALLTOALL),
+    "overlap+delay_wgrad": Variant({**ALLTOALL, "delay_wgrad": True}, needs="te"),
+    "deepep": Variant({"ep_overlap": True, "dispatcher": "deepep"}, needs="deep_ep"),
+    "hybridep": Variant({"ep_overlap": True, "dispatcher": "hybridep"}, needs="hybrid_ep"),
+    "overlap:cdmc1": Variant(ALLTOALL, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    "overlap:hiprio": Variant({**ALLTOALL, "high_priority_a2a": True}),
 }
-# Benchmark shapes (overrides and run_script flags on top of the recipe; flags the user passes after
-# ``--`` come later and win). The proxy's own default is sized for quick functional runs.
+# Benchmark shapes: RunSpec fields and overrides on top of the recipe; what the user passes after
+# ``--`` comes later and wins. The proxy's own default is sized for quick functional runs.
 # ``comm-bound``: hidden 2048, 16 experts, top-8, expert FFN 0.75 x hidden, the proxy's small
 # attention (16 heads x 64) and sequence 512 - the all-to-all is longer than the compute it could
 # hide behind on the throttled link. ``balanced``: the same with an expert FFN of 1.5 x hidden.
@@ -50,15 +66,16 @@ VARIANTS = {
 # MLP (MCore ``TransformerLayerSchedulePlan.run``), so both halves need compute of the order of the
 # all-to-all - the regime overlap is designed for. Real models: Qwen3-30B-A3B FFN 0.375 x hidden,
 # top-8 of 128 experts, DeepSeek-V3 0.29 x hidden, top-8 of 256, both at sequence 4096 and longer.
-_MOE = ["model.hidden_size=2048", "model.moe_router_topk=8"]
-_WIDE = [*_MOE, "model.num_attention_heads=16"]
+_MOE = ("model.hidden_size=2048", "model.moe_router_topk=8")
+_WIDE = (*_MOE, "model.num_attention_heads=16")
+_SHORT = {"seq_length": 512, "micro_batch_size": 16, "global_batch_size": 512}
 SHAPES = {
-    "default": [],
-    "comm-bound": [*_WIDE, "model.moe_ffn_hidden_size=1536"],
-    "balanced": [*_WIDE, "model.moe_ffn_hidden_size=3072"],
-    "long-seq": [*_MOE, "model.moe_ffn_hidden_size=3072", "model.num_attention_heads=32", "model.kv_channels=128",
-                 "model.num_query_groups=4", "--seq-length", "4096", "--micro-batch-size", "2",
-                 "--global-batch-size", "64"],
+    "default": {},
+    "comm-bound": {**_SHORT, "overrides": (*_WIDE, "model.moe_ffn_hidden_size=1536")},
+    "balanced": {**_SHORT, "overrides": (*_WIDE, "model.moe_ffn_hidden_size=3072")},
+    "long-seq": {"seq_length": 4096, "micro_batch_size": 2, "global_batch_size": 64,
+                 "overrides": (*_MOE, "model.moe_ffn_hidden_size=3072", "model.num_attention_heads=32",
+                               "model.kv_channels=128", "model.num_query_groups=4")},
 }
 
 
@@ -82,18 +99,20 @@ class VariantResult:
 
 
 def available_variants() -> dict[str, str]:
-    """Variant -> reason it cannot run here ('' when it can)."""
-    from .environment import probe
-    from .import_shims import real_te_available
+    """Variant -> reason it cannot run here ('' when it can), from the same facts the rules read."""
+    from ..core import dispatcher
+    from ..target.probe import probe
 
     env = probe()
-    why = {v: "" for v in VARIANTS}
-    if not real_te_available():
-        why["overlap+delay_wgrad"] = "Transformer Engine not installed"
-    if not env.deep_ep_version:
-        why["deepep"] = why["hybridep"] = "deep_ep not importable"
-    elif not env.hybrid_ep_available:
-        why["hybridep"] = "deep_ep has no HybridEPBuffer"
+    why = {}
+    for name, v in VARIANTS.items():
+        if v.needs == "te" and not env.te_version:
+            why[name] = "Transformer Engine not installed"
+        elif v.needs in ("deep_ep", "hybrid_ep"):
+            backend = "hybridep" if v.needs == "hybrid_ep" else "deepep"
+            why[name] = "; ".join(dispatcher.problems(backend, env)) if env.has_gpu else "no CUDA GPU visible"
+        else:
+            why[name] = ""
     return why
 
 
@@ -115,11 +134,15 @@ def summarize_run(variant: str, link: str, summary: dict, warmup: int, tokens_pe
 
 
 def compare_to_baseline(results: list[VariantResult]) -> None:
-    base = {r.link: r for r in results if r.variant == "off" and r.ok}
-    for r in results:
-        b = base.get(r.link)
-        if not r.ok or b is None:
+    """Each row against the ``off`` row of the same link and shape that precedes it (a run writes
+    ``off`` first), else any ``off`` of that link and shape; rows of other shapes never mix."""
+    for i, r in enumerate(results):
+        key = (r.link, shape_label(r.finalized))
+        offs = [o for o in results[: i + 1] if o.variant == "off" and o.ok and (o.link, shape_label(o.finalized)) == key]
+        offs = offs or [o for o in results if o.variant == "off" and o.ok and (o.link, shape_label(o.finalized)) == key]
+        if not r.ok or not offs:
             continue
+        b = offs[-1]
         if r.median_s and b.median_s:
             r.speedup = b.median_s / r.median_s
         if r.variant != "off":
@@ -196,6 +219,47 @@ def plot(results: list[VariantResult], path: Path) -> bool:
     return True
 
 
+def variant_spec(base: RunSpec, variant: str) -> RunSpec:
+    return base.replace(**VARIANTS[variant].changes)
+
+
+def shape_spec(recipe: str, shape: str, steps: int, extra: list[str]) -> RunSpec:
+    """The spec every variant starts from: recipe, steps, forced balance, the shape, then the
+    user's flags and overrides given after ``--`` (they win)."""
+    from .flags import SIZE_FLAGS, add_spec_arguments, parse
+    from .exits import OneLineArgumentParser
+
+    if shape not in SHAPES:
+        raise UsageError("--shape", shape, sorted(SHAPES))
+    parser = OneLineArgumentParser(prog="bench -- (run flags)")
+    add_spec_arguments(parser, recipe_default=recipe)
+    user = parse(parser, extra)
+    sizes = {name: getattr(user, name) for name in SIZE_FLAGS.values() if getattr(user, name) is not None}
+    shaped = {"max_steps": steps, **SHAPES[shape], **sizes}
+    overrides = (*shaped.pop("overrides", ()), *user.set_overrides, *user.overrides)
+    return RunSpec(recipe=recipe, force_balance=True, overrides=overrides, **shaped).validated()
+
+
+def validate_request(recipe: str, nproc: int, variants: list[str], links: list[str], steps: int, warmup: int,
+                     profile: int) -> None:
+    """Every argument checked before anything is launched (bad usage: UsageError, exit 2)."""
+    from ..spec import resolve_recipe
+
+    for v in variants:
+        if v not in VARIANTS:
+            raise UsageError("variant", v, sorted(VARIANTS))
+    for link in links:
+        if link not in LINKS:
+            raise UsageError("link", link, sorted(LINKS))
+    for what, value, low in (("--nproc", nproc, 1), ("--steps", steps, 1), ("--warmup", warmup, 0), ("--profile", profile, 0)):
+        if not isinstance(value, int) or value < low:
+            raise UsageError(what, value, f"an integer >= {low}", "invalid")
+    if warmup + profile >= steps:
+        raise UsageError("--steps", steps, f"more than --warmup + --profile ({warmup} + {profile}): no steady window",
+                         "invalid")
+    resolve_recipe(recipe)
+
+
 def run_bench(
     recipe: str,
     nproc: int,
@@ -207,29 +271,26 @@ def run_bench(
     profile: int = 2,
     extra: list[str] | None = None,
     timeout_s: float = 300,
+    shape: str = "default",
 ) -> list[VariantResult]:
-    for v in variants:
-        if v not in VARIANTS:
-            raise UsageError("variant", v, sorted(VARIANTS))
-    for link in links:
-        if link not in LINKS:
-            raise UsageError("link", link, sorted(LINKS))
+    from .flags import to_argv
+
+    validate_request(recipe, nproc, variants, links, steps, warmup, profile)
+    base = shape_spec(recipe, shape, steps, list(extra or []))
     if "off" not in variants:
         variants = ["off", *variants]
     unavailable = available_variants()
     out.mkdir(parents=True, exist_ok=True)
-    extra = list(extra or [])
     results: list[VariantResult] = []
     for link in links:
         for variant in variants:
             if unavailable.get(variant):
                 results.append(VariantResult(variant, link, ok=False, error=f"skipped: {unavailable[variant]}"))
                 continue
-            flags, env = VARIANTS[variant]
-            args = ["--recipe", recipe, "--max-steps", str(steps), "--force-balance",
-                    "--profile-steps", f"{steps - profile}:{steps}", *flags, *extra]
+            spec = variant_spec(base, variant)
+            args = [*to_argv(spec), "--profile-steps", f"{steps - profile}:{steps}"]
             run = launch(f"{link}__{variant.replace(':', '_').replace('+', '_')}", nproc, args, timeout_s=timeout_s,
-                         env={**LINKS[link], **env}, log_root=out / "runs")
+                         env={**LINKS[link], **VARIANTS[variant].env}, log_root=out / "runs")
             if run.returncode != 0 or run.summary is None:
                 results.append(VariantResult(variant, link, ok=False, error=run.describe_failure().splitlines()[0]))
                 continue
@@ -239,18 +300,24 @@ def run_bench(
             print(f"bench: {link}/{variant}: median {results[-1].median_s:.3f}s", flush=True)
             _write_json(results, out)  # partial results survive a later crash or time limit
     compare_to_baseline(results)
-    _write_outputs(results, out, f"{recipe}, {nproc} GPUs, {' '.join(extra)}")
+    _write_outputs(results, out, f"{recipe}, {nproc} GPUs, shape {shape} {' '.join(extra or [])}".strip())
     return results
 
 
 def load_results(path: Path) -> list[VariantResult]:
-    """The ``VariantResult`` rows of a ``results.json`` written by ``run_bench``."""
-    rows = []
-    for d in json.loads(Path(path).read_text()):
-        r = VariantResult(**d)
-        r.spread_s = tuple(r.spread_s) if r.spread_s else None
-        r.losses = {int(k): v for k, v in r.losses.items()}
-        rows.append(r)
+    """The ``VariantResult`` rows of a ``results.json`` written by ``run_bench`` (UsageError naming
+    the file when it is not one)."""
+    try:
+        data = json.loads(Path(path).read_text())
+        rows = []
+        for d in data:
+            r = VariantResult(**d)
+            r.spread_s = tuple(r.spread_s) if r.spread_s else None
+            r.losses = {int(k): v for k, v in (r.losses or {}).items()}
+            rows.append(r)
+    except (ValueError, TypeError, AttributeError) as e:
+        raise UsageError("bench results file", str(path), f"a results.json written by bench ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''})", "unreadable") from None
     return rows
 
 
@@ -286,19 +353,21 @@ def _write_outputs(results: list[VariantResult], out: Path, title: str) -> None:
 
 
 def add_parser(sub) -> None:
+    from .exits import positive_int
+
     p = sub.add_parser("bench", help="A/B benchmark of EP-overlap variants (GPU node, torchrun)")
     p.add_argument("--recipe", default="qwen3_moe_proxy")
-    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--nproc", type=positive_int, default=2)
     p.add_argument("--variants", default="off,overlap", help=f"comma list of {', '.join(VARIANTS)}")
     p.add_argument("--links", default="nvlink,throttled", help="comma list of nvlink, throttled")
-    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--steps", type=positive_int, default=12)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--profile", type=int, default=2, help="profiled steps at the end (excluded from timing)")
-    p.add_argument("--shape", default="default", help=f"one of {', '.join(SHAPES)} (overrides in bench.SHAPES)")
+    p.add_argument("--shape", default="default", choices=sorted(SHAPES), help="benchmark shape (bench.SHAPES)")
     p.add_argument("--comm-bound", action="store_true", help="same as --shape comm-bound")
     p.add_argument("--out", default="out/bench")
     p.add_argument("--report", nargs="+", metavar="DIR", help="run nothing: merge these bench output folders into --out")
-    p.add_argument("extra", nargs="*", help="run_script flags / key=value overrides for every variant")
+    p.add_argument("extra", nargs="*", help="run_script flags / key=value overrides for every variant (after --)")
     p.set_defaults(handler=_main)
 
 
@@ -306,10 +375,7 @@ def _main(args) -> int:
     if args.report:
         results = report([Path(d) for d in args.report], Path(args.out), f"{args.recipe}: {', '.join(args.report)}")
         return 0 if results else 1
-    shape = "comm-bound" if args.comm_bound else args.shape
-    if shape not in SHAPES:
-        raise UsageError("--shape", shape, sorted(SHAPES))
-    extra = [*SHAPES[shape], *args.extra]
     results = run_bench(args.recipe, args.nproc, args.variants.split(","), args.links.split(","), Path(args.out),
-                        args.steps, args.warmup, args.profile, extra)
+                        args.steps, args.warmup, args.profile, args.extra,
+                        shape="comm-bound" if args.comm_bound else args.shape)
     return 0 if all(r.ok or r.error.startswith("skipped") for r in results) else 1

@@ -2,8 +2,9 @@
 
 Contract
 --------
-``Facts`` derives, once, every value the rules read, *before* MB finalizes the config, so that a
-check made early agrees with what ``runtime_config_update`` will do later:
+``Facts`` derives every value the rules read, once per evaluation (each fact is computed on first
+use and cached), *before* MB finalizes the config, so that a check made early agrees with what
+``runtime_config_update`` will do later:
 
 * the overlap / delayed-wgrad flags come from ``cfg.comm_overlap`` when it exists (its resolved
   value is copied onto the model at setup, overwriting a model-only setting), from the frozen
@@ -12,21 +13,22 @@ check made early agrees with what ``runtime_config_update`` will do later:
   with MB's own table); ``model.bf16`` is only consulted when no mixed precision is set;
 * environment variables resolve as MB applies them: the launcher's value wins over
   ``cfg.env_vars`` (MB uses ``os.environ.setdefault``);
-* world size and microbatch count come from the described environment, else ``WORLD_SIZE``.
+* world size comes from the target, else ``WORLD_SIZE``; every derived size from ``core.sizes``.
 
-It never mutates the config.
+It never mutates the config. ``get_path`` / ``set_path`` are the dotted-path accessors the
+engine, ``enable`` and the plan share.
 """
 
 from __future__ import annotations
 
 import inspect
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable
 
-from .environment import ClusterEnvironment
-
-_MISSING = object()
+from ..target.cluster import ClusterEnvironment
+from . import sizes
 
 
 def get_path(obj: Any, path: str, default: Any = None) -> Any:
@@ -55,12 +57,8 @@ def _comm_overlap_flag(cfg: Any, name: str) -> bool:
     if co is None:
         return bool(getattr(cfg.model, name, False))
     snapshot = getattr(co, "user_comm_overlap_cfg", None)
-    if snapshot is not None:
-        value = getattr(snapshot, name, None)
-    else:
-        value = getattr(co, name, None)
-    # MB resolves None to False and then writes it onto the model.
-    return bool(value)
+    value = getattr(snapshot if snapshot is not None else co, name, None)
+    return bool(value)  # MB resolves None to False and then writes it onto the model
 
 
 def resolve_precision(cfg: Any) -> str:
@@ -92,17 +90,24 @@ class Facts:
     cfg: Any
     env: ClusterEnvironment
     forward_step_func: Callable | None = None
-    overlap: bool = field(init=False)
-    delay_wgrad: bool = field(init=False)
-    precision: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.overlap = _comm_overlap_flag(self.cfg, "overlap_moe_expert_parallel_comm")
-        self.delay_wgrad = _comm_overlap_flag(self.cfg, "delay_wgrad_compute")
-        self.precision = resolve_precision(self.cfg)
 
     def model(self, name: str, default: Any = None) -> Any:
         return getattr(self.cfg.model, name, default)
+
+    def train(self, name: str) -> Any:
+        return getattr(getattr(self.cfg, "train", None), name, None)
+
+    @cached_property
+    def overlap(self) -> bool:
+        return _comm_overlap_flag(self.cfg, "overlap_moe_expert_parallel_comm")
+
+    @cached_property
+    def delay_wgrad(self) -> bool:
+        return _comm_overlap_flag(self.cfg, "delay_wgrad_compute")
+
+    @cached_property
+    def precision(self) -> str:
+        return resolve_precision(self.cfg)
 
     @property
     def dispatcher(self) -> str:
@@ -112,39 +117,50 @@ class Facts:
     def flex_backend(self) -> str | None:
         return self.model("moe_flex_dispatcher_backend") if self.dispatcher == "flex" else None
 
+    @property
+    def dispatcher_name(self) -> str:
+        """The user-facing dispatcher: 'alltoall', a flex backend name, or MCore's type as is."""
+        return self.flex_backend or self.dispatcher
+
     def env_var(self, name: str) -> str | None:
         """The value the training process will see: launcher/described env first, then cfg.env_vars."""
         if name in self.env.env_vars:
             return str(self.env.env_vars[name])
         if self.env.source == "probed" and name in os.environ:
             return os.environ[name]
-        value = (getattr(self.cfg, "env_vars", None) or {}).get(name)
+        env_vars = getattr(self.cfg, "env_vars", None)
+        value = env_vars.get(name) if isinstance(env_vars, dict) else None
         return None if value is None else str(value)
 
-    @property
+    @cached_property
     def world_size(self) -> int | None:
         if self.env.world_size:
             return self.env.world_size
-        ws = os.environ.get("WORLD_SIZE")
-        return int(ws) if ws else None
+        ws = os.environ.get("WORLD_SIZE", "")
+        return int(ws) if ws.isdigit() and int(ws) > 0 else None
 
-    @property
+    @cached_property
+    def model_parallel_size(self) -> int | None:
+        return sizes.model_parallel_size(self.model("tensor_model_parallel_size"),
+                                         self.model("pipeline_model_parallel_size"), self.model("context_parallel_size"))
+
+    @cached_property
+    def expert_group_size(self) -> int | None:
+        return sizes.expert_group_size(self.model("expert_model_parallel_size"),
+                                       self.model("expert_tensor_parallel_size"),
+                                       self.model("pipeline_model_parallel_size"))
+
+    @cached_property
     def data_parallel_size(self) -> int | None:
-        ws = self.world_size
-        if ws is None:
-            return None
-        m = self.cfg.model
-        denom = m.tensor_model_parallel_size * m.pipeline_model_parallel_size * (m.context_parallel_size or 1)
-        return ws // denom if denom and ws % denom == 0 else None
+        return sizes.data_parallel_size(self.world_size, self.model("tensor_model_parallel_size"),
+                                        self.model("pipeline_model_parallel_size"), self.model("context_parallel_size"))
 
-    @property
+    @cached_property
     def num_microbatches(self) -> int | None:
-        dp = self.data_parallel_size
-        train = getattr(self.cfg, "train", None)
-        if dp is None or train is None or not train.global_batch_size or not train.micro_batch_size:
-            return None
-        return train.global_batch_size // (train.micro_batch_size * dp)
+        return sizes.num_microbatches(self.train("global_batch_size"), self.train("micro_batch_size"),
+                                      self.data_parallel_size)
 
+    @cached_property
     def cuda_graph_modules(self) -> list[str]:
         from megatron.bridge.utils.cuda_graph import cuda_graph_module_names
 

@@ -2,8 +2,10 @@
 
 Contract: a plan is a record, not an instruction. It lists every field changed (dotted path in the
 ``ConfigContainer``, old value, new value, reason), the environment variables put into
-``cfg.env_vars`` (and those left alone because the user had set them), the dispatcher chosen and
-why, warnings and advice that did not block, and rules that could not be checked here.
+``cfg.env_vars`` (and those left alone because the user had set them), the dispatcher, delayed
+wgrad and all-to-all priority *as the config holds them at the end* (with why: requested, kept
+from the recipe, chosen by ``auto``, or a recorded fallback), warnings and advice that did not
+block, rules that could not be checked on the target, and notes.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import Violation, _jsonable
+from .errors import Violation
+from .values import jsonable, short
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,7 @@ class FieldChange:
     reason: str
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "old": _jsonable(self.old), "new": _jsonable(self.new), "reason": self.reason}
+        return {"path": self.path, "old": jsonable(self.old), "new": jsonable(self.new), "reason": self.reason}
 
 
 @dataclass
@@ -33,6 +36,8 @@ class OverlapPlan:
     delay_wgrad: bool
     resolve: str
     environment: str
+    delay_wgrad_reason: str = ""
+    high_priority_a2a: bool = False
     changes: list[FieldChange] = field(default_factory=list)
     env_vars: dict[str, str] = field(default_factory=dict)
     env_vars_kept: dict[str, str] = field(default_factory=dict)
@@ -51,6 +56,8 @@ class OverlapPlan:
             "dispatcher": self.dispatcher,
             "dispatcher_reason": self.dispatcher_reason,
             "delay_wgrad": self.delay_wgrad,
+            "delay_wgrad_reason": self.delay_wgrad_reason,
+            "high_priority_a2a": self.high_priority_a2a,
             "resolve": self.resolve,
             "environment": self.environment,
             "changes": [c.to_dict() for c in self.changes],
@@ -65,17 +72,17 @@ class OverlapPlan:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
     def to_table(self) -> str:
+        delay = ("on" if self.delay_wgrad else "off") + (f" ({self.delay_wgrad_reason})" if self.delay_wgrad_reason else "")
         lines = [
             "EP overlap plan",
             f"  environment : {self.environment}",
             f"  dispatcher  : {self.dispatcher} ({self.dispatcher_reason})",
-            f"  delay wgrad : {'on' if self.delay_wgrad else 'off'}",
+            f"  delay wgrad : {delay}",
+            f"  a2a stream  : {'high priority' if self.high_priority_a2a else 'default priority'}",
             f"  resolve     : {self.resolve}",
             "",
         ]
-        rows = [("field", "old", "new", "reason")] + [
-            (c.path, _short(c.old), _short(c.new), c.reason) for c in self.changes
-        ]
+        rows = [("field", "old", "new", "reason")] + [(c.path, short(c.old), short(c.new), c.reason) for c in self.changes]
         lines += _table(rows) if self.changes else ["  (no field changed)"]
         if self.env_vars or self.env_vars_kept:
             lines.append("")
@@ -90,13 +97,6 @@ class OverlapPlan:
         return "\n".join(lines)
 
     __str__ = to_table
-
-
-def _short(value: Any, width: int = 40) -> str:
-    text = repr(value) if not isinstance(value, str) else value
-    if type(value).__name__ not in ("str", "int", "float", "bool", "NoneType", "list", "tuple", "dict"):
-        text = type(value).__name__ + "(...)"
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:

@@ -1,20 +1,25 @@
-"""The rule engine: iterate ``rules.RULES`` over a config and collect every violation.
+"""The rule engine: evaluate ``rules.RULES`` over a config, collecting every violation.
 
 Contract: ``evaluate`` never mutates the config and never stops at the first problem; it returns
-all violations (errors, warnings, advice) and the ids of rules it could not check because a fact
-was unknown (say, no GPU described on a CPU login node). ``check_ep_overlap`` is the public form.
+a ``Report`` with all violations (errors, warnings, advice), the rules it could not check because
+a fact was unknown on the target (say, no GPU described on a CPU login node), those that passed
+and those that did not apply. It is the only place the table is iterated; ``evaluations`` counts
+the calls (the tools promise one evaluation per build). ``check_ep_overlap`` is the public form.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import environment as environment_mod
-from .environment import ClusterEnvironment
+from ..target.cluster import ClusterEnvironment
 from .errors import EPOverlapError, Severity, Violation
 from .facts import Facts
-from .rules import RULES, Rule
+from .rules import RULES
+
+_counter = itertools.count(1)
+evaluations = 0  # how many times the table was evaluated in this process (tests and the note read it)
 
 
 @dataclass
@@ -23,7 +28,6 @@ class Report:
     not_checked: list[str] = field(default_factory=list)
     passed: list[str] = field(default_factory=list)
     not_applicable: list[str] = field(default_factory=list)
-    facts: Facts | None = None
 
     def status_rows(self) -> list[tuple[str, str, str]]:
         """(rule id, status, detail) for every rule, in table order."""
@@ -38,7 +42,7 @@ class Report:
             elif rule.id in self.passed:
                 rows.append((rule.id, "pass", rule.required))
             else:
-                rows.append((rule.id, "n/a", f"applies when {rule.when}"))
+                rows.append((rule.id, "n/a", f"applies when {rule.when.value}"))
         return rows
 
     @property
@@ -50,35 +54,25 @@ class Report:
             raise EPOverlapError(self.violations, context)
 
 
-def violation_of(rule: Rule, facts: Facts) -> Violation:
-    return Violation(
-        rule_id=rule.id,
-        severity=rule.severity,
-        field=rule.field,
-        current=rule.value(facts),
-        required=rule.required,
-        message=rule.message,
-        fix=rule.fix,
-        upstream=rule.upstream,
-    )
+def evaluate(cfg: Any, environment: ClusterEnvironment | None = None, forward_step_func: Callable | None = None) -> Report:
+    """Every rule against ``cfg`` on ``environment`` (default: the current target, see ``target.simulate``)."""
+    global evaluations
+    if environment is None:
+        from ..target.simulate import current
 
-
-def evaluate(
-    cfg: Any,
-    environment: ClusterEnvironment | None = None,
-    forward_step_func: Callable | None = None,
-) -> Report:
-    facts = Facts(cfg, environment or environment_mod.current(), forward_step_func)
-    report = Report(facts=facts)
+        environment = current()
+    evaluations = next(_counter)
+    facts = Facts(cfg, environment, forward_step_func)
+    report = Report()
     for rule in RULES:
         if not rule.applies(facts):
             report.not_applicable.append(rule.id)
-        elif not rule.needs(facts):
+        elif not rule.checkable(facts):
             report.not_checked.append(rule.id)
         elif rule.ok(facts):
             report.passed.append(rule.id)
         else:
-            report.violations.append(violation_of(rule, facts))
+            report.violations.append(rule.violation(facts))
     return report
 
 

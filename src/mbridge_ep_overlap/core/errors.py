@@ -3,16 +3,19 @@
 Contract: every user-facing refusal in this library is an ``EPOverlapError`` (a ``ValueError``)
 carrying *all* ``Violation`` objects found, never only the first; each violation names the rule,
 the config field, the value found, the value required and a one-line fix. Bad command-line or
-API arguments (unknown dispatcher, GPU, recipe) are ``UsageError`` (also a ``ValueError``).
+API arguments (unknown dispatcher, GPU, recipe, a value of the wrong type) are ``UsageError``
+(also a ``ValueError``), whose one-line message names the argument, the value given and what is
+allowed. A check that Megatron-Bridge / Megatron-Core make and no rule of ours covers surfaces as
+``UpstreamRefusal`` naming upstream's exception. Nothing here imports torch or Megatron.
 """
 
 from __future__ import annotations
 
-import argparse
 import enum
-import sys
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
+
+from .values import jsonable
 
 
 class Severity(str, enum.Enum):
@@ -48,18 +51,8 @@ class Violation:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["severity"] = self.severity.value
-        d["current"] = _jsonable(self.current)
+        d["current"] = jsonable(self.current)
         return d
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return repr(value)
 
 
 class EPOverlapError(ValueError):
@@ -76,10 +69,11 @@ class EPOverlapError(ValueError):
 class UpstreamRefusal(ValueError):
     """Megatron-Bridge / Megatron-Core refused a config for a reason none of our rules covers."""
 
-    def __init__(self, error: BaseException) -> None:
+    def __init__(self, error: BaseException, where: str = "Megatron-Bridge finalize") -> None:
         self.error = error
+        first = str(error).strip().splitlines()[0] if str(error).strip() else "(no message)"
         super().__init__(
-            f"Megatron-Bridge finalize refused the config: {type(error).__name__}: {error} "
+            f"{where} refused the config: {type(error).__name__}: {first} "
             "(no rule of mbridge_ep_overlap covers this check yet)"
         )
 
@@ -87,28 +81,7 @@ class UpstreamRefusal(ValueError):
 class UsageError(ValueError):
     """A bad argument to the API or CLI: names the value given and the values allowed."""
 
-    def __init__(self, what: str, value: Any, allowed) -> None:
+    def __init__(self, what: str, value: Any, allowed, problem: str = "unknown") -> None:
         allowed_text = ", ".join(str(a) for a in allowed) if not isinstance(allowed, str) else allowed
-        super().__init__(f"unknown {what} {value!r}; allowed: {allowed_text}")
-        self.what, self.value, self.allowed = what, value, allowed
-
-
-class OneLineArgumentParser(argparse.ArgumentParser):
-    """argparse that reports bad usage as one line on stderr and exits 2 (no usage dump)."""
-
-    def error(self, message: str) -> None:
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def run_reporting_errors(prog: str, action: Callable[[], int]) -> int:
-    """Exit codes shared by our commands: ``action()``'s own; 1 for a refused config (every
-    violation printed); 2 for bad usage (one line). Never a traceback for either."""
-    try:
-        return action()
-    except UsageError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
-    except (EPOverlapError, UpstreamRefusal) as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return 1
+        super().__init__(f"{problem} {what} {value!r}; allowed: {allowed_text}")
+        self.what, self.value, self.allowed, self.problem = what, value, allowed, problem

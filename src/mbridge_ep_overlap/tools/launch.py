@@ -3,14 +3,18 @@
 Contract: ``launch(name, nproc, args, log_root=...)`` runs ``scripts/run_script.py`` under
 ``torch.distributed.run --nproc_per_node nproc`` in its own process group, tees every rank's
 output to a log under ``log_root/name``, kills the whole group on timeout (a hang fails loudly
-instead of blocking), keeps NVLink multicast off in the child environment, and returns a ``Run``
-with the return code, the rank logs and the evidence summary (``None`` when none was written).
+instead of blocking), and returns a ``Run`` with the return code, the rank logs and the evidence
+summary (``None`` when none was written). The child environment is ``launch_environment``'s: the
+NVLink-multicast-off variables (``MULTICAST_OFF``, the one copy, also exported by Slurm jobs) win
+over anything else, and ``PYTHONFAULTHANDLER=1`` makes a native crash print each rank's Python
+stack, which ``Run.crash()`` reports.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,7 +31,14 @@ def _repo_root() -> Path:
 
 
 LOG_ROOT = Path(os.environ.get("EP_OVERLAP_LOG_DIR", "out/functional"))
+# NVLink multicast off: on shared hosts a program that uses it can take the GPUs out of service.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+_SIGNALS = {int(s): s.name for s in signal.Signals}
+
+
+def launch_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the multicast-off variables winning (every launch and Slurm job uses this)."""
+    return {**env, **MULTICAST_OFF}
 
 
 @dataclass
@@ -52,8 +63,22 @@ class Run:
             out += text.splitlines()[-lines:]
         return "\n".join(out)
 
+    def crash(self) -> str | None:
+        """'SIGSEGV in rank 0 (...)' when a rank died of a signal, with faulthandler's first frame."""
+        for name, text in self.rank_logs().items():
+            m = re.search(r"Fatal Python error: (\w+)", text) or re.search(r"exitcode\s*:\s*-(\d+)", text)
+            if m:
+                sig = m.group(1)
+                sig = _SIGNALS.get(int(sig), f"signal {sig}") if sig.isdigit() else sig
+                frame = re.search(r'File "([^"]+)", line (\d+) in (\w+)', text[m.start():])
+                where = f" at {Path(frame.group(1)).name}:{frame.group(2)} in {frame.group(3)}" if frame else ""
+                return f"{sig} ({name}){where}"
+        return None
+
     def describe_failure(self) -> str:
-        why = "timed out (possible hang)" if self.timed_out else f"exit code {self.returncode}"
+        crash = self.crash()
+        why = ("timed out (possible hang)" if self.timed_out else f"crashed: {crash}" if crash
+               else f"exit code {self.returncode}")
         return f"run {self.name!r} {why} after {self.seconds:.0f}s\n{self.tail()}"
 
 
@@ -86,7 +111,7 @@ def launch(
             old.unlink()
     summary_path = folder / "summary.json"
     cmd = launch_command(name, nproc, args, folder, repo)
-    full_env = {**os.environ, **(env or {}), **MULTICAST_OFF, "PYTHONUNBUFFERED": "1"}
+    full_env = launch_environment({**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
     start = time.monotonic()
     with open(folder / "launcher.log", "w") as launcher_log:
         launcher_log.write(" ".join(cmd) + "\n")

@@ -14,8 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .environment import ClusterEnvironment, simulate, te_version_here
-from .errors import EPOverlapError, UpstreamRefusal
+from ..core import sizes
+from ..core.errors import EPOverlapError, UpstreamRefusal
+from ..core.facts import get_path
+from ..core.values import jsonable
+from .cluster import ClusterEnvironment
+from .probe import te_version_here
+from .simulate import simulate
 
 SUMMARY_FIELDS = (
     ("overlap_moe_expert_parallel_comm", "model.overlap_moe_expert_parallel_comm"),
@@ -54,19 +59,14 @@ class FinalizeResult:
 
 
 def summarize(cfg: Any) -> dict[str, Any]:
-    from .facts import get_path
-
+    """The finalized EP-overlap fields of ``cfg`` as JSON-safe values (what dry runs print and
+    ``evidence.RunRecorder`` records)."""
     out = {name: get_path(cfg, path) for name, path in SUMMARY_FIELDS}
-    dp = out.get("data_parallel_size")
-    if dp and out["global_batch_size"] and out["micro_batch_size"]:
-        out["num_microbatches"] = out["global_batch_size"] // (out["micro_batch_size"] * dp)
+    mbs = sizes.num_microbatches(out["global_batch_size"], out["micro_batch_size"], out["data_parallel_size"])
+    if mbs is not None:
+        out["num_microbatches"] = mbs
     out["CUDA_DEVICE_MAX_CONNECTIONS"] = (cfg.env_vars or {}).get("CUDA_DEVICE_MAX_CONNECTIONS")
-    return out
-
-
-def plain(summary: dict[str, Any]) -> dict[str, Any]:
-    """The summary with JSON-safe values (dtypes, enums and the like as strings)."""
-    return {k: v if v is None or isinstance(v, (bool, int, float, str)) else str(v) for k, v in summary.items()}
+    return {k: jsonable(v) for k, v in out.items()}
 
 
 def finalize_for(cfg: Any, env: ClusterEnvironment, *, adapt_missing_te: bool = True) -> FinalizeResult:

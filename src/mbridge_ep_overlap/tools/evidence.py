@@ -2,7 +2,7 @@
 
 Contract
 --------
-* ``ScheduleProbe`` wraps the forward-step function given to MB's ``pretrain()`` and counts calls
+* ``ScheduleCounter`` wraps the forward-step function given to MB's ``pretrain()`` and counts calls
   made with ``return_schedule_plan=True`` - only MCore's combined-1F1B (overlapped) schedule makes
   them - and wraps MCore's combined-1F1B schedule entry points to count their executions. Flags in
   a config are not proof; these counters are.
@@ -12,7 +12,8 @@ Contract
   ``profile_steps=(a, b)`` it runs the torch profiler (CUDA kernels) from step a to step b and
   adds rank 0's kernel list and its ``trace.analyze`` overlap efficiency to the summary. It also
   records which flex buffers (DeepEP / HybridEP) Megatron-Core allocated (``flex_buffers``).
-It changes nothing in the training computation.
+It changes nothing in the training computation. Importing this module imports Megatron-Bridge:
+install the import shims first (``target.shims.install``).
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from typing import Any, Callable
 
 from megatron.bridge.training.callbacks import Callback
 
-from .dryrun import plain, summarize
+from ..target.simulated_finalize import summarize
 
 
-class ScheduleProbe:
+class ScheduleCounter:
     def __init__(self) -> None:
         self.schedule_plan_calls = 0
         self.combined_schedule_calls: dict[str, int] = {}
@@ -38,14 +39,14 @@ class ScheduleProbe:
 
     def wrap_forward_step(self, forward_step: Callable) -> Callable:
         @functools.wraps(forward_step)
-        def forward_step_with_probe(state, data_iterator, model, return_schedule_plan: bool = False):
+        def forward_step_counted(state, data_iterator, model, return_schedule_plan: bool = False):
             if return_schedule_plan:
                 self.schedule_plan_calls += 1
             return forward_step(state, data_iterator, model, return_schedule_plan=return_schedule_plan)
 
-        return forward_step_with_probe
+        return forward_step_counted
 
-    def install(self) -> "ScheduleProbe":
+    def install(self) -> "ScheduleCounter":
         from megatron.core.pipeline_parallel import schedules
 
         for name in ("combined_1f1b_schedule_for_no_pipelining", "combined_1f1b_schedule_for_interleaved_pipelining"):
@@ -72,12 +73,12 @@ class RunRecorder(Callback):
     def __init__(
         self,
         summary_path: str | os.PathLike | None,
-        probe: ScheduleProbe,
+        counter: ScheduleCounter,
         meta: dict | None = None,
         profile_steps: tuple[int, int] | None = None,
     ):
         self.summary_path = Path(summary_path) if summary_path else None
-        self.probe = probe
+        self.counter = counter
         self.meta = dict(meta or {})
         self.steps: list[dict] = []
         self.profile_steps = profile_steps
@@ -157,9 +158,9 @@ class RunRecorder(Callback):
             return
         summary = {
             **self.meta,
-            "finalized": plain(summarize(context.state.cfg)),
-            "schedule_plan_calls": self.probe.schedule_plan_calls,
-            "combined_schedule_calls": dict(self.probe.combined_schedule_calls),
+            "finalized": summarize(context.state.cfg),
+            "schedule_plan_calls": self.counter.schedule_plan_calls,
+            "combined_schedule_calls": dict(self.counter.combined_schedule_calls),
             "world_size": dist.get_world_size(),
             "flex_buffers": flex_buffers(),
             "peak_memory_gib_per_rank": [round(float(p.item()), 3) for p in peaks],

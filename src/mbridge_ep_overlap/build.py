@@ -1,0 +1,132 @@
+"""``build(spec) -> Built``: the only pipeline from a ``RunSpec`` to a checked config.
+
+Contract
+--------
+``build`` resolves the recipe and the target, builds the recipe's config offline, applies the
+spec's sizes, configures EP overlap (``core.enable.Session``: the recipe's own choices kept where
+the spec makes none) or really turns it off, applies the Hydra-style overrides, and evaluates the
+rule table **once** on the result (``resolve="auto"`` re-evaluates after each documented fix). A
+refusal raises ``EPOverlapError`` listing every violation; a bad spec raises ``UsageError``. The
+returned ``Built`` carries the config (finalize-time enforcement installed when overlap is on),
+the plan (None with overlap off), the report and the target; ``finalize(built)`` runs MB's real
+``runtime_config_update`` for the target reusing that report. ``scripts/run_script.py``, ``plan``,
+``launch_slurm.py``, the benchmark and the recipes' tests all go through here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .core.engine import Report
+from .core.errors import UsageError
+from .core.plan import OverlapPlan
+from .spec import Recipe, RunSpec, resolve_recipe
+from .target.cluster import ClusterEnvironment
+
+
+@dataclass
+class Built:
+    spec: RunSpec
+    recipe: Recipe
+    target: ClusterEnvironment
+    cfg: Any
+    plan: OverlapPlan | None
+    report: Report
+
+
+def resolve_target(spec: RunSpec, recipe: Recipe) -> ClusterEnvironment:
+    from .target.cluster import describe
+    from .target.stack import deep_ep_version, te_version
+
+    t = spec.target
+    if t.this_machine:
+        from .target.probe import probe
+
+        return probe()
+    gpu, num = t.gpu or recipe.entry.gpu, t.num_gpus or recipe.entry.num_gpus
+    if gpu is None or num is None:
+        raise UsageError("target", f"{'?' if gpu is None else gpu} x {'?' if num is None else num} GPUs",
+                         f"--gpu and --num-gpus (recipe {recipe.name} does not say which cluster it is for)")
+    return describe(gpu, num, te_version=te_version(t.te), deep_ep_version=deep_ep_version(t.deep_ep))
+
+
+def apply_sizes(cfg: Any, spec: RunSpec) -> None:
+    from .spec import SIZE_FIELDS
+
+    for name in SIZE_FIELDS:
+        value = getattr(spec, name)
+        if value is not None:
+            setattr(cfg.model, name, value)
+    if spec.global_batch_size:
+        cfg.train.global_batch_size = spec.global_batch_size
+    if spec.micro_batch_size:
+        cfg.train.micro_batch_size = spec.micro_batch_size
+    if spec.seq_length:
+        cfg.model.seq_length = spec.seq_length
+        cfg.dataset.seq_length = spec.seq_length
+    if spec.max_steps:
+        cfg.train.train_iters = spec.max_steps
+    if spec.force_balance:
+        cfg.model.moe_router_force_load_balancing = True
+
+
+def apply_overrides(cfg: Any, overrides: tuple[str, ...] | list[str]) -> None:
+    if not overrides:
+        return
+    from megatron.bridge.training.utils.omegaconf_utils import OverridesError, process_config_with_overrides
+
+    try:
+        process_config_with_overrides(cfg, cli_overrides=list(overrides))
+    except OverridesError as e:
+        raise UsageError("override", " ".join(overrides), str(e).splitlines()[0]) from None
+
+
+def build(spec: RunSpec, *, target: ClusterEnvironment | None = None,
+          forward_step_func: Callable | None = None) -> Built:
+    from .target import shims
+
+    shims.install()
+    from .core import dispatcher, enforcement
+    from .core.enable import Options, Session, disable_ep_overlap
+    from .core.engine import evaluate
+
+    spec = spec.validated()
+    recipe = resolve_recipe(spec.recipe)
+    target = target or resolve_target(spec, recipe)
+    cfg = recipe.config(spec.hf_config_dir)
+    apply_sizes(cfg, spec)
+    entry = recipe.entry
+    if spec.ep_overlap:
+        options = Options(
+            dispatcher=spec.dispatcher or entry.dispatcher,
+            delay_wgrad=entry.delay_wgrad if spec.delay_wgrad is None else spec.delay_wgrad,
+            high_priority_a2a=entry.high_priority_a2a if spec.high_priority_a2a is None else spec.high_priority_a2a,
+            resolve=spec.resolve,
+        )
+        session = Session(cfg, options, target, forward_step_func).configure()
+        apply_overrides(cfg, spec.overrides)
+        report = session.check()
+        plan = session.finish(report, "build")
+        if spec.overrides:
+            plan.notes.append(f"overrides applied after enable_ep_overlap: {' '.join(spec.overrides)}")
+        enforcement.install(cfg)
+    else:
+        disable_ep_overlap(cfg)
+        if spec.dispatcher and spec.dispatcher not in ("alltoall", "auto"):
+            dispatcher.apply(cfg.model, spec.dispatcher, target)
+        apply_overrides(cfg, spec.overrides)
+        report = evaluate(cfg, target, forward_step_func)
+        report.raise_for_errors("build")
+        plan = None
+    return Built(spec, recipe, target, cfg, plan, report)
+
+
+def finalize(built: Built):
+    """MB's real ``runtime_config_update`` of ``built.cfg`` for its target (hardware and version
+    gates simulated for a described target), reusing the build's rule evaluation."""
+    from .core import enforcement
+    from .target.simulated_finalize import finalize_for
+
+    with enforcement.already_checked(built.cfg, built.report):
+        return finalize_for(built.cfg, built.target)

@@ -1,0 +1,154 @@
+"""The token dispatcher for EP overlap: every fact about it has its owner here.
+
+Contract
+--------
+* ``DISPATCHERS`` are the user-facing names (``alltoall``, the flex backends ``deepep``,
+  ``hybridep``, ``ncclep``, and ``auto``). No torch or Megatron import at module level.
+* ``supports_gpu`` is Megatron-Bridge 0.6.2's GPU allow-list of each flex backend, as data (the
+  parity tests compare it with MB's own ``apply_flex_dispatcher_backend`` for every catalogued GPU);
+  ``availability`` says whether a backend's package is on the target (True / False / None =
+  unknown), ``problems`` lists every reason a backend cannot run on a target. The flex rules, the
+  decision below and ``doctor`` all call these, so they cannot disagree.
+* ``decide(requested, model, target, resolve, keep_current)`` is the one decision path: it turns ``auto``
+  into a backend (and says why), keeps the config's own dispatcher when none was requested, and -
+  only with ``resolve="auto"`` - falls back to alltoall when the requested backend cannot run on
+  the target, recording why. ``apply`` then calls MB's ``apply_flex_dispatcher_backend`` (with the
+  target's hardware simulated when planning for another machine) and reports MB's own silent
+  fallback, which ``enable`` refuses (``resolve="error"``) or records (``resolve="auto"``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import UsageError
+
+DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep", "auto")
+FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
+OVERLAP_TOKEN_DISPATCHERS = ("alltoall", "flex")
+
+# Below this EP size DeepEP was measured slower than alltoall (Megatron-LM issue #1456; 2x H200
+# EP 2: 0.75-0.90x of overlap off, docs/benchmarks.md).
+DEEPEP_MIN_EP = 16
+
+
+def validate_name(dispatcher: Any) -> str:
+    if dispatcher not in DISPATCHERS:
+        raise UsageError("dispatcher", dispatcher, DISPATCHERS)
+    return dispatcher
+
+
+def supports_gpu(backend: str, gpu_name: str | None, major: int) -> bool:
+    """Megatron-Bridge 0.6.2's allow-lists (apply/validate_flex_dispatcher_backend), as data."""
+    if backend == "deepep":
+        return major in (8, 9) or (gpu_name or "").startswith(("NVIDIA B200", "NVIDIA B300"))
+    if backend == "hybridep":
+        return major in (8, 9, 10)
+    if backend == "ncclep":
+        return major in (9, 10)
+    return True
+
+
+def availability(backend: str, target) -> bool | None:
+    """Whether the backend's package is on the target: True, False, or None when unknown."""
+    if backend not in ("deepep", "hybridep"):
+        return True
+    if target.deep_ep_version is None:
+        return None
+    if not target.deep_ep_version:
+        return False
+    if backend == "hybridep":
+        return None if target.hybrid_ep_available is None else bool(target.hybrid_ep_available)
+    return True
+
+
+def nvshmem_ok(backend: str, target) -> bool:
+    """``deepep`` needs a DeepEP built with NVSHMEM: MCore 0.19 sizes its buffer with
+    ``get_rdma_buffer_size_hint``, which a build without it refuses at any EP size."""
+    return backend != "deepep" or target.deep_ep_nvshmem is not False
+
+
+def problems(backend: str, target) -> list[str]:
+    """Every known reason ``backend`` cannot run EP overlap on ``target`` (empty: none known)."""
+    if backend == "alltoall":
+        return []
+    out = []
+    if target.has_gpu and not supports_gpu(backend, target.gpu_name, target.compute_capability[0]):
+        out.append(f"{target.gpu_name} is outside the {backend} GPU allow-list (MB would fall back to alltoall)")
+    if availability(backend, target) is False:
+        out.append("deep_ep is not importable" if not target.deep_ep_version
+                   else f"deep_ep {target.deep_ep_version} has no HybridEPBuffer (build DeepEP's hybrid-ep branch)")
+    if not nvshmem_ok(backend, target):
+        out.append(f"deep_ep {target.deep_ep_version} was built without NVSHMEM: Megatron-Core 0.19's DeepEP buffer "
+                   "sizing fails on it at any EP size (rebuild with DEEPEP_NVSHMEM=auto)")
+    return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    dispatcher: str  # 'alltoall' or a flex backend
+    reason: str
+    fallbacks: list[str] = field(default_factory=list)  # why a requested backend was replaced (resolve='auto')
+
+
+def current_dispatcher(model) -> str | None:
+    """The config's own dispatcher in user-facing terms, None when it is not one overlap can split."""
+    kind = getattr(model, "moe_token_dispatcher_type", None)
+    if kind == "flex":
+        backend = getattr(model, "moe_flex_dispatcher_backend", None)
+        return backend if backend in FLEX_BACKENDS else None
+    return "alltoall" if kind == "alltoall" else None
+
+
+def _auto(target, ep: int) -> Decision:
+    if not target.has_gpu:
+        return Decision("alltoall", "auto: GPU unknown, alltoall is the dispatcher every GPU supports")
+    major, name = target.compute_capability[0], target.gpu_name or ""
+    if (target.nvlink_domain_size or 8) > 8 and supports_gpu("hybridep", name, major):
+        if availability("hybridep", target):
+            return Decision("hybridep", f"auto: {name} NVLink domain of {target.nvlink_domain_size}, HybridEP importable")
+        return Decision("alltoall", f"auto: {name} would use HybridEP, but it is {_availability_text(target)}")
+    if supports_gpu("deepep", name, major):
+        if ep < DEEPEP_MIN_EP:
+            return Decision("alltoall", f"auto: EP={ep} < {DEEPEP_MIN_EP}: alltoall is as fast as DeepEP at small EP")
+        if availability("deepep", target) and nvshmem_ok("deepep", target):
+            return Decision("deepep", f"auto: {name}, EP={ep}, DeepEP {target.deep_ep_version} importable")
+        return Decision("alltoall", f"auto: {name} EP={ep} would use DeepEP, but it is {_availability_text(target)}")
+    return Decision("alltoall", f"auto: {name} (sm{major}x) is outside the DeepEP/HybridEP allow-lists")
+
+
+def _availability_text(target) -> str:
+    return "not known to be installed on the target" if target.deep_ep_version is None else "not usable there"
+
+
+def decide(requested: str | None, model, target, resolve: str, keep_current: bool) -> Decision:
+    """The dispatcher overlap will use. ``requested`` None keeps the config's own when
+    ``keep_current`` (the config already enables overlap) and it is one overlap can split."""
+    ep = getattr(model, "expert_model_parallel_size", None) or 1
+    if requested is None:
+        kept = current_dispatcher(model) if keep_current else None
+        decision = Decision(kept, "kept: the recipe's") if kept else Decision("alltoall", "default")
+    else:
+        validate_name(requested)
+        decision = _auto(target, ep) if requested == "auto" else Decision(requested, "requested")
+    if resolve == "auto" and decision.dispatcher != "alltoall":
+        why = [p for p in problems(decision.dispatcher, target) if "allow-list" not in p]
+        if why:  # the allow-list fallback is MB's own, seen by `apply`
+            return Decision("alltoall", f"resolve='auto': {decision.dispatcher} cannot run on the target",
+                            [f"{decision.dispatcher} -> alltoall: {w}" for w in why])
+    return decision
+
+
+def apply(model, backend: str, target) -> bool:
+    """Call MB's ``apply_flex_dispatcher_backend``; True when flex really got set (False: MB fell back)."""
+    from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
+
+    from ..target.simulate import simulate
+
+    if target.source == "probed":
+        apply_flex_dispatcher_backend(model, backend)
+    else:
+        with simulate(target):
+            apply_flex_dispatcher_backend(model, backend)
+    return model.moe_token_dispatcher_type == "flex" and model.moe_flex_dispatcher_backend == backend

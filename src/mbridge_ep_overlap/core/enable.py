@@ -1,0 +1,303 @@
+"""``enable_ep_overlap``: turn on MoE EP communication overlap in a Megatron-Bridge config.
+
+Contract
+--------
+``enable_ep_overlap(cfg, dispatcher=None, delay_wgrad=None, high_priority_a2a=None, resolve=...)``:
+
+* works on a ``ConfigContainer`` whether ``cfg.comm_overlap`` is None (it creates
+  ``CommOverlapConfig(tp_comm_overlap=False)``) or already finalized (it updates the frozen
+  ``user_comm_overlap_cfg`` snapshot too); flags are set on ``cfg.comm_overlap`` because
+  ``CommOverlapConfig.setup()`` copies them onto the model and would revert a model-only flag;
+* keeps the recipe's choices where the caller makes none: with ``dispatcher``, ``delay_wgrad`` or
+  ``high_priority_a2a`` left ``None`` on a config that already enables overlap, its dispatcher
+  (and flex backend), delayed wgrad and all-to-all priority stay, and the plan says "kept";
+  without overlap on, the defaults are alltoall, no delayed wgrad, the default-priority stream;
+* sets ``moe_shared_expert_overlap=False``; decides the dispatcher in one place
+  (``dispatcher.decide``) and for a flex backend calls MB's ``apply_flex_dispatcher_backend``,
+  refusing MB's silent fallback to alltoall (``resolve="error"``) or recording it
+  (``resolve="auto"``); HybridEP's topology variables are set only when HybridEP is what the
+  config ends with;
+* puts ``CUDA_DEVICE_MAX_CONNECTIONS`` (and HybridEP's NVLink-domain variables) into
+  ``cfg.env_vars`` unless the user already set them there;
+* evaluates the rule table once (``resolve="auto"`` re-evaluates after applying each documented
+  fix); conflicts the user must decide about raise ``EPOverlapError`` listing all of them; what
+  has no fix raises in both modes;
+* is atomic: all work happens on a deep copy; only when every check passes are the recorded
+  changes replayed onto ``cfg``. If it raises, ``cfg`` is exactly as it was;
+* installs finalize-time enforcement (``enforcement.install``) so MB's own
+  ``runtime_config_update`` and ``cfg.validate()`` re-run the rules after later overrides.
+
+``Session`` is the same work step by step, for ``build`` (which applies Hydra-style overrides
+between configuring and checking, and evaluates once). ``disable_ep_overlap`` really turns it off.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..target.cluster import ClusterEnvironment
+from . import dispatcher as dispatchers
+from .engine import Report, evaluate
+from .errors import EPOverlapError, Severity, UsageError, Violation
+from .facts import Facts, get_path, set_path
+from .plan import FieldChange, OverlapPlan
+from .rules import RULES_BY_ID
+from .rules.flex import expected_hybridep_ranks
+from .sizes import positive_int
+
+RESOLVE_MODES = ("error", "auto")
+EP_FLAGS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
+KEPT = "kept: the recipe's"
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the caller asked for; None = keep the recipe's choice (or the default)."""
+
+    dispatcher: str | None = None
+    delay_wgrad: bool | None = None
+    high_priority_a2a: bool | None = None
+    resolve: str = "error"
+    cuda_device_max_connections: int = 32
+
+    def validated(self) -> "Options":
+        if self.resolve not in RESOLVE_MODES:
+            raise UsageError("resolve mode", self.resolve, RESOLVE_MODES)
+        if self.dispatcher is not None:
+            dispatchers.validate_name(self.dispatcher)
+        if positive_int(self.cuda_device_max_connections) is None:
+            raise UsageError("cuda_device_max_connections", self.cuda_device_max_connections, "an integer >= 1",
+                             "invalid")
+        for name in ("delay_wgrad", "high_priority_a2a"):
+            if getattr(self, name) not in (None, True, False):
+                raise UsageError(name, getattr(self, name), (True, False, None), "invalid")
+        return self
+
+
+class _Editor:
+    """Applies edits to a config and records them (for the plan, and for replay onto the user's)."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+        self.changes: list[FieldChange] = []
+
+    def set(self, path: str, new: Any, reason: str) -> bool:
+        old = get_path(self.cfg, path)
+        if old is new or (_plain(old) and _plain(new) and old == new):
+            return False
+        set_path(self.cfg, path, new)
+        self.changes.append(FieldChange(path, copy.deepcopy(old), copy.deepcopy(new), reason))
+        return True
+
+    def set_ep_flag(self, name: str, value: bool, reason: str) -> None:
+        """Set a comm-overlap flag where it survives setup(): public field and frozen snapshot."""
+        self.set(f"comm_overlap.{name}", value, reason)
+        if getattr(self.cfg.comm_overlap, "user_comm_overlap_cfg", None) is not None:
+            self.set(f"comm_overlap.user_comm_overlap_cfg.{name}", value, reason + " (finalized snapshot)")
+
+    def record_model_diff(self, before: dict[str, Any], reason: str) -> None:
+        for name, old in before.items():
+            new = getattr(self.cfg.model, name)
+            if old != new:
+                self.changes.append(FieldChange(f"model.{name}", old, new, reason))
+
+
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str, list, tuple, dict))
+
+
+def require_config(cfg: Any) -> None:
+    """A Megatron-Bridge ConfigContainer, or UsageError (not an AttributeError deep inside)."""
+    from megatron.bridge.training.config import ConfigContainer
+
+    if not isinstance(cfg, ConfigContainer):
+        raise UsageError("config", type(cfg).__name__, "a Megatron-Bridge ConfigContainer (what an MB recipe returns)",
+                         "invalid")
+
+
+def require_target(environment: Any) -> None:
+    if environment is not None and not isinstance(environment, ClusterEnvironment):
+        raise UsageError("environment", environment,
+                         "a ClusterEnvironment from describe(gpu, num_gpus) or probe(), or None for this machine",
+                         "invalid")
+
+
+class Session:
+    """One ``enable_ep_overlap`` on ``cfg`` (edited in place): configure, check once, finish."""
+
+    def __init__(self, cfg: Any, options: Options, target: ClusterEnvironment,
+                 forward_step_func: Callable | None = None) -> None:
+        self.cfg = cfg
+        self.options = options.validated()
+        self.target = target
+        self.forward_step_func = forward_step_func
+        self.edit = _Editor(cfg)
+        self.decision: dispatchers.Decision | None = None
+        self.fallback: Violation | None = None  # MB's silent allow-list fallback, refused with resolve='error'
+        self.notes: list[str] = []
+        self.warnings: list[Violation] = []
+        self.env_vars: dict[str, str] = {}
+        self.env_vars_kept: dict[str, str] = {}
+        self.delay_reason = ""
+
+    # ---- configure -------------------------------------------------------------------------
+    def configure(self) -> "Session":
+        from megatron.bridge.training.comm_overlap import CommOverlapConfig
+
+        cfg, opts, edit = self.cfg, self.options, self.edit
+        already_on = Facts(cfg, self.target).overlap
+        if cfg.comm_overlap is None:
+            edit.set("comm_overlap", CommOverlapConfig(tp_comm_overlap=False), "recipe had no CommOverlapConfig")
+        if cfg.env_vars is None:
+            edit.set("env_vars", {}, "recipe had no env_vars")
+        edit.set_ep_flag("overlap_moe_expert_parallel_comm", True, "EP overlap requested")
+
+        if opts.delay_wgrad is not None:
+            delay, self.delay_reason = opts.delay_wgrad, "requested"
+        elif already_on:
+            delay, self.delay_reason = Facts(cfg, self.target).delay_wgrad, KEPT
+        else:
+            delay, self.delay_reason = False, "default: delayed wgrad is a separate opt-in"
+        edit.set_ep_flag("delay_wgrad_compute", delay, f"delayed wgrad {self.delay_reason}")
+        edit.set("model.moe_shared_expert_overlap", False, "mutually exclusive with EP overlap")
+        if opts.high_priority_a2a is not None:
+            edit.set("model.high_priority_a2a_comm_stream", opts.high_priority_a2a,
+                     "high-priority all-to-all stream requested" if opts.high_priority_a2a
+                     else "default-priority all-to-all stream requested")
+        self._configure_dispatcher(already_on)
+        self._set_env("CUDA_DEVICE_MAX_CONNECTIONS", str(opts.cuda_device_max_connections),
+                      "A2A stream must not be serialised")
+        if Facts(cfg, self.target).flex_backend == "hybridep":
+            domain = self.target.nvlink_domain_size or 8
+            ranks = expected_hybridep_ranks(cfg.model.expert_model_parallel_size or 1, domain)
+            self._set_env("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", str(ranks), "HybridEP topology")
+            self._set_env("NVLINK_DOMAIN_SIZE", str(domain), "HybridEP topology")
+            self._set_env("USE_MNNVL", "1" if domain > 8 else "0", "HybridEP multi-node NVLink")
+        return self
+
+    def _configure_dispatcher(self, already_on: bool) -> None:
+        requested = self.options.dispatcher
+        self.decision = decision = dispatchers.decide(requested, self.cfg.model, self.target, self.options.resolve,
+                                                      keep_current=already_on)
+        self.notes += [f"resolve='auto': {why}" for why in decision.fallbacks]
+        model = self.cfg.model
+        if decision.dispatcher == "alltoall":
+            self.edit.set("model.moe_token_dispatcher_type", "alltoall", f"dispatcher alltoall ({decision.reason})")
+            self.edit.set("model.moe_flex_dispatcher_backend", None, "no flex backend with alltoall")
+            return
+        backend = decision.dispatcher
+        names = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_shared_expert_overlap")
+        before = {n: getattr(model, n) for n in names}
+        applied = dispatchers.apply(model, backend, self.target)
+        self.edit.record_model_diff(before, f"apply_flex_dispatcher_backend(model, {backend!r}) ({decision.reason})")
+        if applied:
+            if not self.target.has_gpu:
+                self.notes.append(f"GPU unknown here: the {backend} GPU allow-list is checked at finalize on the GPU node")
+            return
+        rule = RULES_BY_ID["flex-backend-gpu"]
+        fell_back = Violation(
+            rule_id=rule.id, severity=Severity.ERROR, field=rule.field,
+            current=f"{backend} on {self.target.gpu_name}", required=rule.required,
+            message=f"Megatron-Bridge fell back from {backend} to alltoall (only a rank-0 warning upstream)",
+            fix=rule.fix + "; or pass resolve='auto' to accept the fallback", upstream=rule.upstream.value,
+        )
+        if self.options.resolve == "error":
+            self.fallback = fell_back
+        else:
+            self.warnings.append(Violation(**{**fell_back.__dict__, "severity": Severity.WARNING}))
+            self.notes.append(f"resolve='auto': MB fell back from {backend} to alltoall on {self.target.gpu_name}")
+
+    def _set_env(self, name: str, value: str, reason: str) -> None:
+        existing = (self.cfg.env_vars or {}).get(name)
+        if existing is not None:
+            self.env_vars_kept[name] = str(existing)
+            return
+        self.edit.set(f"env_vars.{name}", value, reason)
+        self.env_vars[name] = value
+
+    # ---- check -----------------------------------------------------------------------------
+    def check(self) -> Report:
+        """Evaluate the table once; with resolve='auto' apply each failing rule's fix until stable."""
+        for _ in range(len(RULES_BY_ID)):
+            report = evaluate(self.cfg, self.target, self.forward_step_func)
+            if self.options.resolve != "auto" or not report.errors:
+                return report
+            applied = False
+            facts = Facts(self.cfg, self.target, self.forward_step_func)
+            for violation in report.errors:
+                rule = RULES_BY_ID[violation.rule_id]
+                for path, value in (rule.auto_fix(facts) if rule.auto_fix else []):
+                    applied |= self.edit.set(path, value, f"resolve='auto': {rule.id}: {rule.message}")
+            if not applied:
+                return report
+        return report
+
+    # ---- finish ----------------------------------------------------------------------------
+    def finish(self, report: Report, context: str = "enable_ep_overlap") -> OverlapPlan:
+        """Raise for every error at once, or return the plan of the config as it now is."""
+        if self.fallback is not None:
+            raise EPOverlapError([self.fallback, *report.violations], context)
+        report.raise_for_errors(context)
+        facts = Facts(self.cfg, self.target)
+        final = facts.dispatcher_name
+        reason = self.decision.reason if final == self.decision.dispatcher else "set by an override after enable"
+        if self.warnings and final == "alltoall" and self.decision.dispatcher != "alltoall":
+            reason = f"MB fell back from {self.decision.dispatcher} (resolve='auto')"
+        return OverlapPlan(
+            dispatcher=final,
+            dispatcher_reason=reason,
+            delay_wgrad=facts.delay_wgrad,
+            delay_wgrad_reason=self.delay_reason,
+            high_priority_a2a=bool(facts.model("high_priority_a2a_comm_stream")),
+            resolve=self.options.resolve,
+            environment=self.target.summary(),
+            changes=list(self.edit.changes),
+            env_vars=dict(self.env_vars),
+            env_vars_kept=dict(self.env_vars_kept),
+            warnings=self.warnings + [v for v in report.violations if v.severity is not Severity.ERROR],
+            notes=list(self.notes),
+            not_checked=list(report.not_checked),
+        )
+
+
+def enable_ep_overlap(
+    cfg: Any,
+    dispatcher: str | None = None,
+    *,
+    delay_wgrad: bool | None = None,
+    high_priority_a2a: bool | None = None,
+    resolve: str = "error",
+    cuda_device_max_connections: int = 32,
+    environment: ClusterEnvironment | None = None,
+    forward_step_func: Callable | None = None,
+) -> OverlapPlan:
+    """Turn on EP overlap in ``cfg`` (mutated in place) and return the plan of what changed."""
+    from ..target.simulate import current
+    from . import enforcement
+
+    options = Options(dispatcher, delay_wgrad, high_priority_a2a, resolve, cuda_device_max_connections).validated()
+    require_config(cfg)
+    require_target(environment)
+    session = Session(copy.deepcopy(cfg), options, environment or current(), forward_step_func).configure()
+    plan = session.finish(session.check())
+    for change in session.edit.changes:  # the commit: replay onto the user's object graph
+        set_path(cfg, change.path, copy.deepcopy(get_path(session.cfg, change.path)))
+    enforcement.install(cfg)
+    return plan
+
+
+def disable_ep_overlap(cfg: Any) -> list[FieldChange]:
+    """Really turn EP overlap and delayed wgrad off: comm_overlap fields, its snapshot and the model.
+
+    (MB's ``--moe_a2a_overlap false`` is a no-op, Megatron-Bridge issue 6006.) Returns the changes.
+    """
+    require_config(cfg)
+    edit = _Editor(cfg)  # no atomicity needed: every edit is an independent reset to False
+    if cfg.comm_overlap is not None:
+        for name in EP_FLAGS:
+            edit.set_ep_flag(name, False, "EP overlap turned off")
+    for name in EP_FLAGS:
+        edit.set(f"model.{name}", False, "EP overlap turned off")
+    return edit.changes

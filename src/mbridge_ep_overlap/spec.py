@@ -1,0 +1,217 @@
+"""``RunSpec``: the one typed description of a run, and how a recipe name becomes a config.
+
+Contract
+--------
+* ``RunSpec`` (frozen, keyword-only) is everything that decides the config a run trains with:
+  the recipe, EP overlap on/off, dispatcher, delayed wgrad, all-to-all priority, resolve mode,
+  parallel sizes, batch and sequence sizes, Hydra-style overrides, and the target (``TargetSpec``:
+  the cluster's GPU type and count and its software stack, or this machine). ``None`` means "the
+  recipe's choice". ``validated()`` refuses a bad value with one ``UsageError`` naming it; every
+  front end (``run_script.py``, ``plan``, ``launch_slurm.py``, the benchmark) builds a spec and
+  hands it to ``build.build`` - none re-parses another's command line.
+* A recipe is a registered name (``RecipeEntry`` in a registry published under the entry-point
+  group ``mbridge_ep_overlap.recipes``: this project's ``recipes/`` package, or a user's) or
+  ``MODULE:FUNCTION`` naming any zero-argument function returning a Megatron-Bridge
+  ``ConfigContainer`` (MB's recipes, NVIDIA's ``perf_recipes``, a user's own module).
+  ``resolve_recipe`` finds it without importing Megatron; ``Recipe.config()`` builds it offline.
+
+Nothing here imports torch or Megatron at module level.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .core.dispatcher import DISPATCHERS, validate_name
+from .core.errors import UsageError
+from .core.sizes import positive_int
+from .target.gpus import GPU_CATALOG
+
+RESOLVE_MODES = ("error", "auto")
+RECIPE_ENTRY_POINTS = "mbridge_ep_overlap.recipes"
+SIZE_FIELDS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+               "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size")
+BATCH_FIELDS = ("global_batch_size", "micro_batch_size", "seq_length", "max_steps")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TargetSpec:
+    """Where the run will execute. ``this_machine``: probe it (training on the GPU node);
+    otherwise a described cluster: ``gpu`` x ``num_gpus`` (default: the recipe's) with its stack."""
+
+    this_machine: bool = False
+    gpu: str | None = None
+    num_gpus: int | None = None
+    te: str | None = None
+    """Transformer Engine on the target: a version, "none", or None for the reference stack."""
+    deep_ep: str | None = None
+    """DeepEP on the target: a version, "none", or None for unknown."""
+
+    def validated(self) -> "TargetSpec":
+        if self.gpu is not None and (not isinstance(self.gpu, str) or self.gpu.lower() not in GPU_CATALOG):
+            raise UsageError("GPU", self.gpu, sorted(GPU_CATALOG))
+        if self.num_gpus is not None and positive_int(self.num_gpus) is None:
+            raise UsageError("number of GPUs", self.num_gpus, "an integer >= 1", "invalid")
+        for name in ("te", "deep_ep"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and (value == "none" or _is_version(value))):
+                raise UsageError(f"{name} version", value, "a version such as 2.10.0, or 'none'", "invalid")
+        return self
+
+
+def _is_version(text: str) -> bool:
+    return re.fullmatch(r"\d+(\.\d+){0,3}([a-z0-9.+-]*)", text) is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    recipe: str
+    """A registered recipe name or MODULE:FUNCTION."""
+    ep_overlap: bool = True
+    dispatcher: str | None = None
+    """alltoall, deepep, hybridep, ncclep or auto; None: the recipe's."""
+    delay_wgrad: bool | None = None
+    high_priority_a2a: bool | None = None
+    resolve: str = "error"
+    tensor_model_parallel_size: int | None = None
+    pipeline_model_parallel_size: int | None = None
+    virtual_pipeline_model_parallel_size: int | None = None
+    context_parallel_size: int | None = None
+    expert_model_parallel_size: int | None = None
+    expert_tensor_parallel_size: int | None = None
+    global_batch_size: int | None = None
+    micro_batch_size: int | None = None
+    seq_length: int | None = None
+    max_steps: int | None = None
+    force_balance: bool = False
+    """moe_router_force_load_balancing (benchmarks)."""
+    overrides: tuple[str, ...] = ()
+    """Hydra-style key=value overrides, applied after EP overlap is configured."""
+    target: TargetSpec = field(default_factory=TargetSpec)
+    hf_config_dir: str | None = None
+    """Folder with <org>--<model>/config.json architecture files (else the shipped ones, the hub cache)."""
+
+    def replace(self, **changes: Any) -> "RunSpec":
+        return dataclasses.replace(self, **changes)
+
+    def validated(self) -> "RunSpec":
+        if not isinstance(self.recipe, str) or not self.recipe:
+            raise UsageError("recipe", self.recipe, "a registered recipe name or MODULE:FUNCTION")
+        if self.dispatcher is not None:
+            validate_name(self.dispatcher)
+        if self.resolve not in RESOLVE_MODES:
+            raise UsageError("resolve mode", self.resolve, RESOLVE_MODES)
+        for name in ("ep_overlap", "force_balance"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(name, getattr(self, name), (True, False), "invalid")
+        for name in ("delay_wgrad", "high_priority_a2a"):
+            if getattr(self, name) not in (None, True, False):
+                raise UsageError(name, getattr(self, name), (True, False, None), "invalid")
+        if not self.ep_overlap:
+            for name, neutral in (("delay_wgrad", False), ("high_priority_a2a", False)):
+                if getattr(self, name) not in (None, neutral):  # would be silently meaningless
+                    raise UsageError(name, getattr(self, name), f"{neutral} or None while EP overlap is off", "invalid")
+        for name in (*SIZE_FIELDS, *BATCH_FIELDS):
+            value = getattr(self, name)
+            if value is not None and positive_int(value) is None:
+                raise UsageError(name, value, "an integer >= 1", "invalid")
+        for item in self.overrides:
+            key, sep, _ = str(item).partition("=")
+            if not sep or not re.fullmatch(r"\+{0,2}~?[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key):
+                raise UsageError("override", item, "key=value with a dotted field path, e.g. train.train_iters=10",
+                                 "malformed")
+        self.target.validated()
+        return self
+
+
+# ---- recipes -----------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class RecipeEntry:
+    """A registered recipe: its function (MODULE:FUNCTION), the cluster it is written for and the
+    EP-overlap choices ``build`` applies to it (None: the config's own)."""
+
+    function: str
+    gpu: str
+    num_gpus: int
+    dispatcher: str | None = "alltoall"
+    delay_wgrad: bool | None = False
+    high_priority_a2a: bool | None = None
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    entry: RecipeEntry
+
+    def function(self) -> Callable[[], Any]:
+        from .target import shims
+
+        shims.install()  # recipe modules import Megatron-Bridge
+        module_name, _, attr = self.entry.function.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise UsageError("recipe module", module_name, f"an importable module ({type(e).__name__}: {e})") from None
+        fn = getattr(module, attr, None)
+        if not callable(fn):
+            raise UsageError("recipe function", self.entry.function, f"a function defined in {module_name}")
+        return fn
+
+    def config(self, hf_config_dir: str | None = None) -> Any:
+        """The recipe's ``ConfigContainer``, built with the architecture files available offline."""
+        from megatron.bridge.training.config import ConfigContainer
+
+        from .target.offline import offline_architectures
+
+        fn = self.function()
+        with offline_architectures(hf_config_dir):
+            try:
+                cfg = fn()
+            except TypeError as e:
+                if "argument" not in str(e):
+                    raise
+                raise UsageError("recipe function", self.entry.function, f"a function callable with no arguments ({e})") \
+                    from None
+        if not isinstance(cfg, ConfigContainer):
+            raise UsageError("recipe function", self.entry.function,
+                             f"a function returning a ConfigContainer (it returned {type(cfg).__name__})")
+        return cfg
+
+
+def registered_recipes() -> dict[str, RecipeEntry]:
+    """Every registry published under the ``mbridge_ep_overlap.recipes`` entry-point group."""
+    out: dict[str, RecipeEntry] = {}
+    for ep in importlib.metadata.entry_points(group=RECIPE_ENTRY_POINTS):
+        out.update(ep.load())
+    return out
+
+
+_NAME_GPU = re.compile(r"_(\d+)gpus?_([a-z0-9]+?)(?:_|$)")
+
+
+def _infer_cluster(function: str) -> tuple[str | None, int | None]:
+    """GPU kind and count from an MB recipe name such as ``..._256gpu_gb200_fp8mx_config``."""
+    m = _NAME_GPU.search(function.rpartition(":")[2])
+    if not m:
+        return None, None
+    gpu = m.group(2) if m.group(2) in GPU_CATALOG else None
+    return gpu, int(m.group(1))
+
+
+def resolve_recipe(name: str) -> Recipe:
+    if ":" in name:
+        gpu, num = _infer_cluster(name)
+        return Recipe(name, RecipeEntry(function=name, gpu=gpu, num_gpus=num, dispatcher=None, delay_wgrad=None))
+    registry = registered_recipes()
+    if name not in registry:
+        raise UsageError("recipe", name, sorted(registry) + ["MODULE:FUNCTION"])
+    return Recipe(name, registry[name])
+
+
+__all__ = ["RunSpec", "TargetSpec", "RecipeEntry", "Recipe", "resolve_recipe", "registered_recipes", "DISPATCHERS"]

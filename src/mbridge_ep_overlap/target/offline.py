@@ -1,0 +1,75 @@
+"""Build Megatron-Bridge recipes without the Hugging Face hub.
+
+Contract: MB's recipes call ``AutoBridge.from_hf_pretrained("<org>/<model>")`` at call time,
+which reads only the model's ``config.json``. Inside ``offline_architectures(extra_dir)`` such an
+id is answered, in this order, from ``extra_dir`` (``<org>--<model>/config.json`` or
+``<org>/<model>/config.json``: ``--hf-config-dir``), from the architecture files this package
+ships (``hf_configs/``, public configs), or from the local Hugging Face hub cache
+(``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub``, any snapshot holding a
+``config.json``), always through MB's real ``AutoBridge`` conversion so the providers are exactly
+what MB builds. An id found nowhere is refused with one ``UsageError`` naming the model; the
+network is never touched. A local folder path is passed through. Nothing outside the context is
+changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Iterator
+
+from ..core.errors import UsageError
+
+HF_CONFIG_DIR = Path(__file__).parent / "hf_configs"
+
+
+def shipped_models() -> dict[str, Path]:
+    return {p.name.replace("--", "/", 1): p for p in sorted(HF_CONFIG_DIR.iterdir()) if (p / "config.json").is_file()}
+
+
+def _hub_cache() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME")
+    return Path(home) / "hub" if home else Path.home() / ".cache" / "huggingface" / "hub"
+
+
+def find_architecture(model_id: str, extra_dir: str | os.PathLike | None = None) -> Path | None:
+    """The folder holding ``config.json`` for ``model_id`` (``org/name``), or None."""
+    org_name = model_id.replace("/", "--", 1)
+    candidates = []
+    if extra_dir:
+        candidates += [Path(extra_dir) / org_name, Path(extra_dir) / model_id]
+    candidates.append(HF_CONFIG_DIR / org_name)
+    snapshots = _hub_cache() / f"models--{org_name}" / "snapshots"
+    if snapshots.is_dir():
+        candidates += sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+    return next((c for c in candidates if (c / "config.json").is_file()), None)
+
+
+@contextlib.contextmanager
+def offline_architectures(extra_dir: str | os.PathLike | None = None) -> Iterator[None]:
+    from megatron.bridge import AutoBridge
+
+    if extra_dir is not None and not Path(extra_dir).is_dir():
+        raise UsageError("--hf-config-dir", str(extra_dir), "an existing folder of <org>--<model>/config.json files")
+    original = AutoBridge.__dict__["from_hf_pretrained"]
+
+    def from_hf_pretrained(cls, path, **kwargs):
+        key = str(path)
+        if Path(key).is_dir():
+            return original.__func__(cls, key, **kwargs)
+        folder = find_architecture(key, extra_dir)
+        if folder is None:
+            raise UsageError("Hugging Face model (offline build)", key,
+                             f"a config.json for it in --hf-config-dir, the shipped architectures "
+                             f"({', '.join(sorted(shipped_models()))}) or the local hub cache ({_hub_cache()})")
+        kwargs.pop("revision", None)  # a local folder has no revisions
+        return original.__func__(cls, str(folder), **kwargs)
+
+    AutoBridge.from_hf_pretrained = classmethod(from_hf_pretrained)
+    try:
+        yield
+    finally:
+        AutoBridge.from_hf_pretrained = original

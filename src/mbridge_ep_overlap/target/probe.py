@@ -1,0 +1,126 @@
+"""``probe()``: the target is this machine - its GPUs, its installed stack, its launcher variables.
+
+Contract: reads this process and machine; never initialises CUDA beyond reading device properties
+and never imports DeepEP's kernels on a machine without a GPU. Unknown facts stay ``None``. The
+installed-package facts (versions, the DeepEP build) are read once per process; the world size and
+environment variables are read at each call (a launcher may set them later).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+
+from . import gpus
+from .cluster import RELEVANT_ENV_VARS, ClusterEnvironment, dist_version, installed_versions
+
+BUILD_RECORD = "ep_overlap_build.json"  # written into the wheel by scripts/gpu/build_deepep.sh
+
+
+def te_version_here() -> str:
+    """Version of the Transformer Engine that imports in this process ("" when none does)."""
+    from .shims import real_te_available
+
+    if not real_te_available():
+        return ""
+    return dist_version("transformer-engine", "transformer_engine", "transformer-engine-torch") or "unknown"
+
+
+@dataclass(frozen=True)
+class DeepEPInfo:
+    version: str  # "" when deep_ep does not import
+    hybrid_ep: bool = False
+    nvshmem: bool | None = None
+    build: str = ""
+
+
+def summarize_deep_ep_build(record: dict) -> str:
+    """One line from a build record: where the source came from, for which GPUs, which kernels."""
+    src = record.get("source") or {}
+    commit = (src.get("commit") or "")[:9]
+    origin = f"{src.get('ref', '?')}@{commit}" if commit else "unknown source"
+    parts = [origin, f"TORCH_CUDA_ARCH_LIST={record.get('torch_cuda_arch_list', '?')}"]
+    parts.append("NVSHMEM: yes" if record.get("nvshmem") else "NVSHMEM: no")
+    if record.get("kernels"):
+        parts.append(f"kernels: {record['kernels']}")
+    parts.append(f"HybridEP: {'yes' if record.get('hybrid_ep') else 'no'}")
+    if record.get("torch"):
+        parts.append(f"built for torch {record['torch']}")
+    return ", ".join(parts)
+
+
+def _links_nvshmem(module_name: str) -> bool | None:
+    """Whether a compiled extension needs libnvshmem_host (DeepEP's internode/low-latency build)."""
+    spec = importlib.util.find_spec(module_name)
+    if spec is None or not spec.origin:
+        return None
+    try:
+        with open(spec.origin, "rb") as f:
+            return b"libnvshmem_host" in f.read()
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def deep_ep_info() -> DeepEPInfo:
+    """What ``deep_ep`` is here: version, HybridEP, NVSHMEM kernels and the build record if any."""
+    try:
+        import deep_ep
+    except Exception:  # ImportError, or OSError from a build for another CUDA
+        return DeepEPInfo("")
+    version = getattr(deep_ep, "__version__", "") or dist_version("deep_ep", "deep-ep") or "unknown"
+    try:
+        record = json.loads((importlib.resources.files("deep_ep") / BUILD_RECORD).read_text())
+    except (OSError, ValueError):
+        record = None
+    nvshmem = record.get("nvshmem") if record else _links_nvshmem("deep_ep_cpp")
+    if record:
+        build = summarize_deep_ep_build(record)
+    else:
+        yes_no = "unknown" if nvshmem is None else ("yes" if nvshmem else "no")
+        build = f"no build record (not built by scripts/gpu/build_deepep.sh); NVSHMEM: {yes_no}"
+    return DeepEPInfo(version, hasattr(deep_ep, "HybridEPBuffer"), nvshmem, build)
+
+
+@functools.lru_cache(maxsize=1)
+def _static() -> dict:
+    import torch
+
+    gpu_name = cc = per_node = None
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        gpu_name, cc, per_node = props.name, (props.major, props.minor), torch.cuda.device_count()
+    catalog = gpus.match(gpu_name)
+    info = deep_ep_info() if cc is not None else DeepEPInfo("")
+    return {
+        **installed_versions(),
+        "torch_version": torch.__version__.split("+")[0],
+        "gpu_name": gpu_name,
+        "compute_capability": cc,
+        "gpus_per_node": per_node,
+        "nvlink_domain_size": catalog.nvlink_domain_size if catalog else None,
+        "te_version": te_version_here(),
+        "deep_ep_version": info.version,
+        "hybrid_ep_available": info.hybrid_ep,
+        "deep_ep_nvshmem": info.nvshmem,
+        "deep_ep_build": info.build or None,
+    }
+
+
+def probe() -> ClusterEnvironment:
+    """Describe this process's machine. Unknown facts stay ``None``."""
+    import torch
+
+    world = os.environ.get("WORLD_SIZE")
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        world = torch.distributed.get_world_size()
+    return ClusterEnvironment(
+        **_static(),
+        world_size=int(world) if world and str(world).isdigit() else None,
+        env_vars={k: os.environ[k] for k in RELEVANT_ENV_VARS if k in os.environ},
+        source="probed",
+    )

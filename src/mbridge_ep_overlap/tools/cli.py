@@ -1,0 +1,55 @@
+"""Command line: ``mbridge-ep-overlap`` / ``python -m mbridge_ep_overlap``.
+
+Contract
+--------
+* ``doctor``: this machine in a block to paste into an issue, and a verdict per dispatcher
+  (``tools.doctor``).
+* ``plan``: build a recipe for a described target and finalize it with MB's real finalize
+  (``tools.plan_command``). Exit 0 accepted, 1 refused (every violation printed).
+* ``recipes``: the registered recipes.
+* ``bench`` / ``verify-log``: the evidence tools (``tools.bench``, ``tools.logs``).
+Bad input: one line naming the bad value and the allowed ones, exit 2, no traceback.
+
+Start-up: building the parser imports neither torch nor Megatron; a command imports what it needs
+when it runs, so ``--help``, ``verify-log`` and ``bench --report`` start in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from .exits import OneLineArgumentParser, run_reporting_errors
+
+
+def _recipes(args: argparse.Namespace) -> int:
+    from ..spec import registered_recipes
+
+    for name, entry in sorted(registered_recipes().items()):
+        print(f"{name:24s} {entry.num_gpus:5d}x {entry.gpu:6s} {entry.dispatcher or 'kept':9s} {entry.summary}")
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import main as doctor
+
+    return doctor(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import bench, logs, plan_command
+
+    p = OneLineArgumentParser(prog="mbridge-ep-overlap", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineArgumentParser)
+    sub.add_parser("doctor", help="print this machine's EP-overlap environment and verdicts").set_defaults(handler=_doctor)
+    sub.add_parser("recipes", help="list the registered recipes").set_defaults(handler=_recipes)
+    plan_command.add_parser(sub)
+    bench.add_parser(sub)
+    logs.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    return run_reporting_errors("mbridge-ep-overlap", lambda: args.handler(args))

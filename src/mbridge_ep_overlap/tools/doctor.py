@@ -1,0 +1,94 @@
+"""``mbridge-ep-overlap doctor``: this machine in a block a user can paste into an issue.
+
+Contract: versions (Python, torch, Megatron-Core, Megatron-Bridge, Transformer Engine, DeepEP and
+its build record), GPUs, NCCL, NVSHMEM, the relevant environment variables, the active import
+shims and the megatron-core dataset-helper gap, then a verdict per dispatcher from the same facts
+the rules read (``core.dispatcher.problems``) and what ``auto`` picks here. Exit 0.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+
+def dataset_helpers_gap() -> str | None:
+    """MB's initialize runs ``make -C megatron/core/datasets``; the PyPI wheel has no Makefile there."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("megatron.core.datasets")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(list(spec.submodule_search_locations)[0])
+    if (folder / "Makefile").exists():
+        return None
+    prebuilt = any(folder.glob("helpers_cpp*.so"))
+    return (
+        f"{folder}/Makefile is missing: MB pretrain() exits at 'compiling dataset index builder'. Fix: "
+        + (f"printf 'default:\\n\\t@true\\n' > {folder}/Makefile  (helpers_cpp is prebuilt)" if prebuilt
+           else "install megatron-core from source, or build helpers_cpp")
+    )
+
+
+def doctor_lines() -> list[str]:
+    import torch
+
+    from ..core import dispatcher
+    from ..target import shims
+    from ..target.cluster import dist_version
+    from ..target.probe import probe
+
+    shims.install()
+    env = probe()
+    lines = ["mbridge-ep-overlap doctor", "```"]
+    lines.append(f"python            : {platform.python_version()} ({sys.executable})")
+    lines.append(f"torch             : {torch.__version__} (CUDA {torch.version.cuda})")
+    lines.append(f"megatron-core     : {env.mcore_version or 'missing'}")
+    lines.append(f"megatron-bridge   : {env.mb_version or 'missing'}")
+    lines.append(f"transformer-engine: {env.te_version or 'missing'}")
+    lines.append(f"deep_ep           : {env.deep_ep_version or 'missing'}"
+                 + (f" (HybridEP: {'yes' if env.hybrid_ep_available else 'no'})" if env.deep_ep_version else ""))
+    if env.deep_ep_build:
+        lines.append(f"deep_ep build     : {env.deep_ep_build}")
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        lines.append(f"GPUs              : {torch.cuda.device_count()} x {p.name} (sm{p.major}{p.minor}, "
+                     f"{p.total_memory / 2**30:.0f} GiB)")
+        try:
+            lines.append(f"NCCL              : {'.'.join(map(str, torch.cuda.nccl.version()))}")
+        except Exception as e:  # pragma: no cover - depends on the build
+            lines.append(f"NCCL              : unknown ({e})")
+    else:
+        lines.append("GPUs              : none visible (CUDA not available)")
+    lines.append(f"NVSHMEM           : {dist_version('nvidia-nvshmem-cu13', 'nvidia-nvshmem-cu12') or 'missing'}")
+    active = shims.installed()
+    lines.append(f"import shims      : {', '.join(active) if active else 'none (real packages present)'}")
+    for k in sorted(env.env_vars):
+        lines.append(f"env {k}={env.env_vars[k]}")
+    if "CUDA_DEVICE_MAX_CONNECTIONS" not in env.env_vars:
+        lines.append("env CUDA_DEVICE_MAX_CONNECTIONS unset (CUDA default 8; enable_ep_overlap puts 32 in cfg.env_vars)")
+    gap = dataset_helpers_gap()
+    lines.append(f"dataset helpers   : {'OK' if gap is None else 'PROBLEM: ' + gap}")
+    lines.append("```")
+    lines.append("dispatchers for EP overlap on this machine:")
+    for name in dispatcher.DISPATCHERS[:-1]:
+        why = ["no CUDA GPU visible"] if not env.has_gpu else dispatcher.problems(name, env)
+        usable = f"deep_ep {env.deep_ep_version} on {env.gpu_name}" if name in ("deepep", "hybridep") else "every GPU"
+        lines.append(f"  {name:9s} " + (f"NOT usable: {'; '.join(why)}" if why else f"usable: {usable}"))
+    ep = max(env.gpus_per_node or 1, 2)
+    auto = dispatcher.decide("auto", _Model(ep), env, "error", keep_current=False)
+    lines.append(f"  auto      -> {auto.dispatcher} at EP={ep} ({auto.reason})")
+    return lines
+
+
+class _Model:
+    """The one model fact ``decide`` reads for ``auto``."""
+
+    def __init__(self, ep: int) -> None:
+        self.expert_model_parallel_size = ep
+
+
+def main(args) -> int:
+    print("\n".join(doctor_lines()))
+    return 0

@@ -1,0 +1,122 @@
+"""Command-line flags of a ``RunSpec``, declared once for every front end.
+
+Contract: ``add_spec_arguments(parser)`` adds the run-description flags (recipe, overlap,
+dispatcher, delayed wgrad, all-to-all priority, resolve, parallel and batch sizes, target,
+overrides) to any parser; ``parse(parser, argv)`` parses them (trailing ``key=value`` tokens are
+overrides, an unknown ``--flag`` is an error); ``spec_from_args(ns)`` maps the result onto a
+``RunSpec`` and ``to_argv(spec)`` maps a spec back onto ``run_script.py`` flags (the benchmark
+and the Slurm job launch with them). The two are inverse for every field but the target, which a
+launched job probes on its own node. No torch or Megatron import.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..core.dispatcher import DISPATCHERS
+from ..core.errors import UsageError
+from ..spec import RESOLVE_MODES, RunSpec, TargetSpec
+from ..target.gpus import GPU_CATALOG
+from .exits import positive_int
+
+# flag -> RunSpec field, for the parallel and batch sizes
+SIZE_FLAGS = {
+    "--tp": "tensor_model_parallel_size", "--pp": "pipeline_model_parallel_size",
+    "--vpp": "virtual_pipeline_model_parallel_size", "--cp": "context_parallel_size",
+    "--ep": "expert_model_parallel_size", "--etp": "expert_tensor_parallel_size",
+    "--global-batch-size": "global_batch_size", "--micro-batch-size": "micro_batch_size",
+    "--seq-length": "seq_length", "--max-steps": "max_steps",
+}
+ON_OFF = {"on": True, "off": False}
+# RunSpec field -> the flag that sets it, to name the flag when the spec refuses a value
+FIELD_FLAGS = {**{name: flag for flag, name in SIZE_FLAGS.items()}, "delay_wgrad": "--delay-wgrad",
+               "high_priority_a2a": "--a2a-priority", "dispatcher": "--dispatcher", "resolve": "--resolve",
+               "number of GPUs": "--num-gpus", "te version": "--te", "deep_ep version": "--deep-ep"}
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser, *, recipe_default: str | None = None) -> None:
+    g = parser.add_argument_group("run description (RunSpec)")
+    g.add_argument("--recipe", required=recipe_default is None, default=recipe_default,
+                   help="registered recipe name (`mbridge-ep-overlap recipes`) or MODULE:FUNCTION")
+    g.add_argument("--ep-overlap", choices=ON_OFF, default="on", help="off really turns a recipe's overlap off")
+    g.add_argument("--dispatcher", choices=DISPATCHERS, default=None, help="default: the recipe's")
+    g.add_argument("--delay-wgrad", choices=ON_OFF, nargs="?", const="on", default=None,
+                   help="delayed weight-gradient compute (needs TE); default: the recipe's")
+    g.add_argument("--a2a-priority", choices=("default", "high"), default=None,
+                   help="CUDA priority of the overlapped schedule's all-to-all stream; default: the recipe's")
+    g.add_argument("--resolve", choices=RESOLVE_MODES, default="error",
+                   help="auto: apply each refused rule's documented fix and record it")
+    for flag, name in SIZE_FLAGS.items():
+        g.add_argument(flag, type=positive_int, dest=name, metavar="N")
+    g.add_argument("--force-balance", action="store_true", help="moe_router_force_load_balancing (benchmarks)")
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="set_overrides",
+                   help="Hydra-style override (same as a trailing key=value)")
+    g.add_argument("--hf-config-dir", default=None, metavar="DIR",
+                   help="architecture files <org>--<model>/config.json not shipped with the package")
+    t = parser.add_argument_group("target cluster (dry runs, plans, Slurm jobs)")
+    t.add_argument("--gpu", choices=sorted(GPU_CATALOG), default=None, help="default: the recipe's")
+    t.add_argument("--num-gpus", type=positive_int, default=None, metavar="N", help="default: the recipe's")
+    t.add_argument("--te", default=None, metavar="VERSION|none",
+                   help="Transformer Engine on the target (default: the reference stack of MB 0.6.2)")
+    t.add_argument("--deep-ep", default=None, metavar="VERSION|none", help="DeepEP on the target (default: unknown)")
+    parser.add_argument("overrides", nargs="*", help="Hydra-style key=value overrides, applied last")
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    args, unknown = parser.parse_known_args(argv)
+    for token in unknown:
+        if token.startswith("-"):
+            parser.error(f"unrecognized argument {token!r}")
+        args.overrides.append(token)
+    for item in args.overrides:
+        if "=" not in item or item.startswith(("=", "-")):
+            parser.error(f"malformed override {item!r}; expected key=value (e.g. train.train_iters=10)")
+    return args
+
+
+def spec_from_args(args: argparse.Namespace, *, this_machine: bool = False, num_gpus: int | None = None) -> RunSpec:
+    try:
+        return _spec(args, this_machine, num_gpus)
+    except UsageError as e:
+        if e.what not in FIELD_FLAGS:
+            raise
+        raise UsageError(f"{e.what} ({FIELD_FLAGS[e.what]})", e.value, e.allowed, e.problem) from None
+
+
+def _spec(args: argparse.Namespace, this_machine: bool, num_gpus: int | None) -> RunSpec:
+    priority = None if args.a2a_priority is None else args.a2a_priority == "high"
+    return RunSpec(
+        recipe=args.recipe,
+        ep_overlap=ON_OFF[args.ep_overlap],
+        dispatcher=args.dispatcher,
+        delay_wgrad=None if args.delay_wgrad is None else ON_OFF[args.delay_wgrad],
+        high_priority_a2a=priority,
+        resolve=args.resolve,
+        force_balance=args.force_balance,
+        overrides=tuple([*args.set_overrides, *args.overrides]),
+        hf_config_dir=args.hf_config_dir,
+        target=TargetSpec(this_machine=this_machine, gpu=args.gpu, num_gpus=num_gpus or args.num_gpus,
+                          te=args.te, deep_ep=args.deep_ep),
+        **{name: getattr(args, name) for name in SIZE_FLAGS.values()},
+    ).validated()
+
+
+def to_argv(spec: RunSpec) -> list[str]:
+    """``run_script.py`` flags that rebuild ``spec`` on the node that runs it (target: probed there)."""
+    out = ["--recipe", spec.recipe, "--ep-overlap", "on" if spec.ep_overlap else "off"]
+    if spec.dispatcher:
+        out += ["--dispatcher", spec.dispatcher]
+    if spec.delay_wgrad is not None:
+        out += ["--delay-wgrad", "on" if spec.delay_wgrad else "off"]
+    if spec.high_priority_a2a is not None:
+        out += ["--a2a-priority", "high" if spec.high_priority_a2a else "default"]
+    if spec.resolve != "error":
+        out += ["--resolve", spec.resolve]
+    for flag, name in SIZE_FLAGS.items():
+        if getattr(spec, name) is not None:
+            out += [flag, str(getattr(spec, name))]
+    if spec.force_balance:
+        out.append("--force-balance")
+    if spec.hf_config_dir:
+        out += ["--hf-config-dir", spec.hf_config_dir]
+    return out + list(spec.overrides)

@@ -1,0 +1,64 @@
+"""``mbridge-ep-overlap plan``: build a recipe for a described target and show what would run.
+
+Contract: the flags map onto a ``RunSpec`` (``tools.flags``); ``build`` configures EP overlap and
+evaluates the rule table once; MB's real ``runtime_config_update`` then finalizes the config with
+only the target's hardware and version gates simulated. Output: the plan, the finalized fields and
+every rule's status (or all of it as JSON with ``--json``: stdout then carries the JSON alone,
+Megatron's log lines go to stderr). Exit 0 when accepted, 1 when refused (every violation
+printed), 2 for bad usage. Works on a CPU machine without TE or hub access.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ..core.errors import EPOverlapError, UpstreamRefusal
+from .exits import stdout_to_stderr
+from .flags import add_spec_arguments, spec_from_args
+
+DEFAULT_RECIPE = "qwen3_moe_proxy"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("plan", help="plan and finalize a recipe with EP overlap for a described cluster")
+    add_spec_arguments(p, recipe_default=DEFAULT_RECIPE)
+    p.add_argument("--json", action="store_true", help="everything as one JSON document on stdout")
+    p.set_defaults(handler=main)
+
+
+def _collect(args: argparse.Namespace) -> tuple[int, dict[str, Any], list[str]]:
+    from ..build import build, finalize
+
+    spec = spec_from_args(args)
+    out: dict[str, Any] = {"recipe": spec.recipe}
+    try:
+        built = build(spec)
+        out["environment"] = built.target.to_dict()
+        result = finalize(built)
+    except (EPOverlapError, UpstreamRefusal) as e:
+        out.update(accepted=False, violations=[v.to_dict() for v in getattr(e, "violations", [])], error=str(e))
+        return 1, out, [f"{spec.recipe}: REFUSED", str(e)]
+    rows = built.report.status_rows()
+    out.update(plan=built.plan.to_dict() if built.plan else None, finalized=result.summary,
+               te_adaptations_for_this_dry_run=[p for p, _, _ in result.te_adaptations], accepted=True,
+               rules=[dict(zip(("rule", "status", "detail"), row)) for row in rows])
+    lines = [built.plan.to_table() if built.plan else "EP overlap off (as asked)", "",
+             "finalized by Megatron-Bridge (runtime_config_update, target simulated):"]
+    lines += [f"  {line}" for line in result.lines()]
+    if result.te_adaptations:
+        lines.append("  (no Transformer Engine here: for this dry run only, switched off "
+                     + ", ".join(p for p, _, _ in result.te_adaptations) + ")")
+    width = max(len(r[0]) for r in rows)
+    lines += ["", "rules:"] + [f"  {rule_id:{width}s}  {status:11s}  {detail}" for rule_id, status, detail in rows]
+    state = "ACCEPTED with EP overlap on" if built.plan else "ACCEPTED with EP overlap off"
+    lines.append(f"\n{spec.recipe} on {built.target.source}: {state}")
+    return 0, out, lines
+
+
+def main(args: argparse.Namespace) -> int:
+    with stdout_to_stderr():
+        code, data, lines = _collect(args)
+    print(json.dumps(data, indent=2) if args.json else "\n".join(lines))
+    return code

@@ -1,0 +1,115 @@
+"""``scripts/run_script.py``: recipe-level flags a user of MB's performance scripts recognises.
+
+Contract
+--------
+``main(argv)`` maps the flags onto a ``RunSpec`` (``tools.flags``) and builds it (``build.build``:
+recipe, sizes, EP overlap on or *really* off, overrides, one rule evaluation), then either
+
+* ``--dryrun``: runs MB's ``runtime_config_update`` for the described target (``--gpu``,
+  ``--num-gpus``, ``--te``; hardware and version gates simulated, nothing else), prints the
+  finalized EP-overlap fields one per line as ``name: value``, writes the resolved YAML and prints
+  its path; or
+* trains on this machine (the target is probed): MB's ``pretrain()`` with MB's GPT forward step,
+  wrapped by ``evidence.ScheduleCounter`` and recorded by ``evidence.RunRecorder``
+  (``--summary-json``). faulthandler is on, so a native crash prints every rank's Python stack.
+
+The output folder is checked before anything is built. Exit codes: 0 ok; 1 refused config (every
+violation printed); 2 bad usage (one line, no traceback: unknown flag, bad value, unknown recipe,
+malformed override, an output path that cannot be written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .exits import OneLineArgumentParser, run_reporting_errors
+from .flags import add_spec_arguments, parse, spec_from_args
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineArgumentParser(prog="run_script.py", description="Train or dry-run an EP-overlap recipe with Megatron-Bridge.")
+    add_spec_arguments(p)
+    p.add_argument("--dryrun", action="store_true", help="finalize for the target and write the resolved YAML; no training")
+    p.add_argument("--output-dir", default="out/run_script", help="where the YAML / summary go")
+    p.add_argument("--summary-json", default=None, help="training: write the evidence summary here")
+    p.add_argument("--profile-steps", default=None, metavar="A:B",
+                   help="training: profile CUDA kernels from step A to B (overlap efficiency in the summary)")
+    return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = build_parser()
+    args = parse(parser, argv)
+    if args.profile_steps is not None:
+        a, sep, b = args.profile_steps.partition(":")
+        if not (sep and a.isdigit() and b.isdigit() and int(a) < int(b)):
+            parser.error(f"--profile-steps must be A:B with A < B, got {args.profile_steps!r}")
+        args.profile_steps = (int(a), int(b))
+    return args
+
+
+def writable_folder(path: str) -> Path:
+    """Create ``path`` (and parents) or raise OSError naming it - before any work is done."""
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    if not os.access(folder, os.W_OK):
+        raise PermissionError(13, "not writable", str(folder))
+    return folder
+
+
+def dry_run(args: argparse.Namespace) -> int:
+    from ..build import build, finalize
+
+    out = writable_folder(args.output_dir)
+    built = build(spec_from_args(args))
+    if built.plan is not None:
+        print(built.plan.to_table())
+    result = finalize(built)
+    for path, old, new in result.te_adaptations:
+        old, new = (getattr(v, "__name__", v) if callable(v) else v for v in (old, new))
+        print(f"# no Transformer Engine on this machine: {path} {old!r} -> {new!r} for this dry run only")
+    for line in result.lines():
+        print(line)
+    yaml_path = out / f"{built.recipe.name.replace(':', '.')}.yaml"
+    built.cfg.to_yaml(str(yaml_path))
+    print(f"config: {yaml_path}")
+    return 0
+
+
+def train(args: argparse.Namespace) -> int:
+    import faulthandler
+
+    faulthandler.enable(all_threads=True)  # a native crash (SIGSEGV in a kernel library) prints every thread's stack
+    out = writable_folder(args.output_dir)
+    from ..build import build
+    from ..target import shims
+
+    shims.install()
+    from megatron.bridge.training.gpt_step import forward_step
+    from megatron.bridge.training.pretrain import pretrain
+
+    from ..core import enforcement
+    from .evidence import RunRecorder, ScheduleCounter
+
+    counter = ScheduleCounter().install()
+    step = counter.wrap_forward_step(forward_step)
+    spec = spec_from_args(args, this_machine=True)
+    built = build(spec, forward_step_func=step)
+    if built.plan is not None and int(os.environ.get("RANK", "0")) == 0:
+        print(built.plan.to_table(), flush=True)
+    name = built.recipe.name.replace(":", ".")
+    summary = args.summary_json or str(out / f"{name}.summary.json")
+    meta = {"recipe": spec.recipe, "ep_overlap": args.ep_overlap, "dispatcher_flag": args.dispatcher,
+            "delay_wgrad": args.delay_wgrad, "overrides": list(spec.overrides)}
+    with enforcement.already_checked(built.cfg, built.report):
+        pretrain(built.cfg, step, callbacks=[RunRecorder(summary, counter, meta, profile_steps=args.profile_steps)])
+    counter.uninstall()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    return run_reporting_errors("run_script.py", lambda: dry_run(args) if args.dryrun else train(args))
