@@ -7,6 +7,7 @@ Public API (everything else is internal)::
     check_ep_overlap(cfg, *, environment=None) -> list[Violation]
     disable_ep_overlap(cfg) -> list[FieldChange]
     describe(gpu, num_gpus, ...) / probe() -> ClusterEnvironment
+    forward_step                            (MB's GPT step, packed sequences passed under overlap)
     RunSpec, build(spec) -> Built          (the one pipeline the tools use)
     EPOverlapError, UsageError, UpstreamRefusal, Violation, Severity, OverlapPlan, FieldChange, RULES
 
@@ -37,6 +38,7 @@ _EXPORTS = {
     "ClusterEnvironment": "target.cluster",
     "describe": "target.cluster",
     "probe": "target.probe",
+    "forward_step": "core.forward_step",
     "RunSpec": "spec",
     "build": "build",
 }
@@ -46,7 +48,7 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if _EXPORTS[name] in ("core.enable", "core.engine", "build"):
+    if _EXPORTS[name] in ("core.enable", "core.engine", "core.forward_step", "build"):
         from .target import shims
 
         shims.install()  # these import Megatron-Bridge: MB 0.6.2 needs TE / NVRx placeholders without them
@@ -64,6 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .core.enable import disable_ep_overlap, enable_ep_overlap
     from .core.engine import check_ep_overlap
     from .core.errors import EPOverlapError, Severity, UpstreamRefusal, UsageError, Violation
+    from .core.forward_step import forward_step
     from .core.plan import FieldChange, OverlapPlan
     from .core.rules import RULES
     from .spec import RunSpec

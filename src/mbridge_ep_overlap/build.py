@@ -2,7 +2,8 @@
 
 Contract
 --------
-``build`` resolves the recipe and the target, builds the recipe's config offline, applies the
+``build`` resolves the recipe and the target, builds the recipe's config offline (for a
+described target inside ``target.simulate``: the recipe sees the cluster's GPUs and TE), applies the
 spec's sizes, configures EP overlap (``core.enable.Session``: the recipe's own choices kept where
 the spec makes none) or really turns it off, applies the Hydra-style overrides, and evaluates the
 rule table **once** on the result (``resolve="auto"`` re-evaluates after each documented fix). A
@@ -15,6 +16,7 @@ the plan (None with overlap off), the report and the target; ``finalize(built)``
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -72,28 +74,53 @@ def apply_sizes(cfg: Any, spec: RunSpec) -> None:
 
 
 def apply_overrides(cfg: Any, overrides: tuple[str, ...] | list[str]) -> None:
+    """MB's own Hydra-style override machinery; a key that names a whole config section, an unknown
+    key or an unresolvable value is bad usage (one line naming the override), never a traceback."""
     if not overrides:
         return
-    from megatron.bridge.training.utils.omegaconf_utils import OverridesError, process_config_with_overrides
+    import dataclasses
 
+    from megatron.bridge.training.utils.omegaconf_utils import OverridesError, process_config_with_overrides
+    from omegaconf.errors import OmegaConfBaseException
+
+    from .core.facts import get_path
+
+    for item in overrides:
+        key = item.partition("=")[0]
+        if dataclasses.is_dataclass(get_path(cfg, key)):
+            raise UsageError("override", item, f"a field inside {key} (it would replace the whole {key} section)",
+                             "invalid")
     try:
         process_config_with_overrides(cfg, cli_overrides=list(overrides))
-    except OverridesError as e:
-        raise UsageError("override", " ".join(overrides), str(e).splitlines()[0]) from None
+    except (OverridesError, OmegaConfBaseException, ValueError, TypeError, KeyError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UsageError("override", " ".join(overrides), f"values Megatron-Bridge can apply ({first})",
+                         "invalid") from None
 
 
 def build(spec: RunSpec, *, target: ClusterEnvironment | None = None,
           forward_step_func: Callable | None = None) -> Built:
+    """``forward_step_func``: the step the run will train with (default: ``mbridge_ep_overlap.forward_step``)."""
     from .target import shims
 
     shims.install()
-    from .core import dispatcher, enforcement
-    from .core.enable import Options, Session, disable_ep_overlap
-    from .core.engine import evaluate
-
     spec = spec.validated()
     recipe = resolve_recipe(spec.recipe)
     target = target or resolve_target(spec, recipe)
+    from .target.simulate import simulate
+
+    with simulate(target) if target.described else contextlib.nullcontext():
+        return _build(spec, recipe, target, forward_step_func)
+
+
+def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_step_func: Callable | None) -> Built:
+    from .core import dispatcher, enforcement
+    from .core.enable import Options, Session, disable_ep_overlap
+    from .core.engine import evaluate
+    from .core.forward_step import forward_step
+
+    forward_step_func = forward_step_func or forward_step  # the step scripts/run_script.py trains with
+
     cfg = recipe.config(spec.hf_config_dir)
     apply_sizes(cfg, spec)
     entry = recipe.entry

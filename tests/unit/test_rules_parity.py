@@ -17,6 +17,8 @@ from typing import Callable
 from unittest import mock
 
 import pytest
+from megatron.bridge.models.gpt_provider import GPTModelProvider
+from megatron.bridge.training.gpt_step import forward_step as mb_forward_step
 from packaging.version import Version
 
 from mbridge_ep_overlap import check_ep_overlap
@@ -116,12 +118,63 @@ def stale_snapshot(cfg):
     cfg.comm_overlap.overlap_moe_expert_parallel_comm = True  # ignored by MB from now on
 
 
+class WrapperProvider(GPTModelProvider):
+    """A provider whose model is a wrapper (as MB's VLM providers are): no build_schedule_plan."""
+
+    def provide(self, pre_process=None, post_process=None, vp_stage=None):
+        raise NotImplementedError
+
+
+def provider(cls):
+    def mutate(cfg):
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
+        cfg.model = cls(**{f.name: getattr(cfg.model, f.name) for f in dataclasses.fields(cfg.model)
+                           if f.init and f.name in names})
+
+    return mutate
+
+
+def gemma4(cfg):
+    from megatron.bridge.models.gemma.gemma4_provider import Gemma4ModelProvider
+
+    provider(Gemma4ModelProvider)(cfg)
+
+
+def packed_sequences(cfg):
+    cfg.dataset.enable_in_batch_packing = True  # what MB's in-batch packing dataset configs set
+
+
+def dataset(**fields):
+    def mutate(cfg):
+        for k, v in fields.items():
+            setattr(cfg.dataset, k, v)
+
+    return mutate
+
+
+def dist(**fields):
+    def mutate(cfg):
+        for k, v in fields.items():
+            setattr(cfg.dist, k, v)
+
+    return mutate
+
+
+def train(**fields):
+    def mutate(cfg):
+        for k, v in fields.items():
+            setattr(cfg.train, k, v)
+
+    return mutate
+
+
 DELAY = chain(co(delay_wgrad_compute=True), m(transformer_impl="transformer_engine"), ddp(overlap_grad_reduce=False))
 TE_KNOWN = {"te_version": "2.12.0"}
+NCCL_EP = {"te_version": "2.18.0", "te_nccl_ep": True}
 
 CASES = [
     Case("ep-size", m(expert_model_parallel_size=1)),
-    Case("num-experts", m(num_moe_experts=1)),
+    Case("num-experts", m(num_moe_experts=1), also=("experts-divisible-by-ep", "router-topk")),
     Case("dispatcher-type", m(moe_token_dispatcher_type="allgather")),
     Case("precision", chain(set_cfg(mixed_precision=None), m(bf16=False, fp16=False))),
     Case("torch-version", lambda cfg: None, env={"torch_version": "2.5.1"}, torch_ok=False),
@@ -162,9 +215,34 @@ CASES = [
     Case("early-attn-release-needs-overlap",
          chain(m(ep_overlap_early_attn_memory_release=True), co(overlap_moe_expert_parallel_comm=False))),
     Case("ncclep-expert-fc1-offload",
-         chain(flex("ncclep"), m(moe_ncclep_static_shape=True, fine_grained_activation_offloading=True,
-                                 offload_modules=["expert_fc1"]))),
-    Case("ncclep-static-shape", flex("ncclep")),
+         chain(flex("ncclep"), m(moe_ncclep_static_shape=True, moe_expert_rank_capacity_factor=1.5,
+                                 use_transformer_engine_op_fuser=True, moe_grouped_gemm=True,
+                                 fine_grained_activation_offloading=True, offload_modules=["expert_fc1"])), env=NCCL_EP),
+    Case("ncclep-static-shape", chain(flex("ncclep"), m(moe_expert_rank_capacity_factor=1.5)), env=NCCL_EP),
+    Case("ncclep-capacity-factor", flex("ncclep"), env=NCCL_EP, also=("ncclep-static-shape",)),
+    Case("ncclep-static-shape-fused-gemm",
+         chain(flex("ncclep"), m(moe_ncclep_static_shape=True, moe_expert_rank_capacity_factor=1.5)), env=NCCL_EP),
+    # config values: types and ranges
+    Case("parallel-sizes", m(tensor_model_parallel_size=0)),
+    Case("batch-sizes", train(micro_batch_size=0)),
+    Case("model-shape", m(num_layers=0)),
+    Case("moe-experts-value", m(num_moe_experts="abc")),
+    Case("experts-divisible-by-ep", m(num_moe_experts=24)),
+    Case("router-topk", m(moe_router_topk=17)),
+    Case("recompute-modules-type", m(recompute_granularity="selective", recompute_modules=5)),
+    Case("mixed-precision-known", set_cfg(mixed_precision="nonsense")),
+    Case("env-vars-type", set_cfg(env_vars=["CUDA_DEVICE_MAX_CONNECTIONS=32"])),
+    # what silently disables or corrupts the overlapped schedule (MCore 0.19.2 / MB 0.6.2 code paths)
+    Case("model-has-schedule-plan", provider(WrapperProvider)),
+    Case("moe-layer-code-bypassed", gemma4),
+    Case("last-layer-dense", m(moe_layer_freq=2)),
+    Case("packed-sequences-forward-step", packed_sequences, forward_step=mb_forward_step),
+    Case("packed-sequences-mtp", chain(packed_sequences, m(mtp_num_layers=1))),
+    Case("inter-document-masking", dataset(inter_document_masking=True)),
+    Case("hybrid-context-parallel", m(hybrid_context_parallel=True)),
+    Case("decentralized-process-groups", dist(use_decentralized_pg=True, use_gloo_process_groups=False)),
+    Case("cpu-offloading", m(cpu_offloading=True)),
+    Case("te-features-need-te", m(moe_permute_fusion=True)),
     Case("world-size-divisible", m(tensor_model_parallel_size=3, expert_model_parallel_size=8), env={"num_gpus": 16}),
     Case("expert-world-divisible", chain(m(expert_model_parallel_size=16), lambda cfg: setattr(cfg.train, "global_batch_size", 96)),
          env={"num_gpus": 24}),
@@ -235,7 +313,7 @@ def test_rule_matches_upstream(case: Case, proxy_cfg):
         if case.rule in ("model-flag-reverted", "comm-overlap-snapshot-stale"):
             assert cfg.model.overlap_moe_expert_parallel_comm is False, "upstream silently turned overlap off"
     else:
-        with pytest.raises((AssertionError, ValueError, TypeError)) as excinfo:
+        with pytest.raises((AssertionError, ValueError, TypeError, ZeroDivisionError, AttributeError)) as excinfo:
             upstream_finalize(cfg, env, case)
         assert re.search(rule.upstream_match, str(excinfo.value)), (
             f"{case.rule}: upstream rejected it for another reason: {excinfo.value!r}"

@@ -51,7 +51,11 @@ def supports_gpu(backend: str, gpu_name: str | None, major: int) -> bool:
 
 
 def availability(backend: str, target) -> bool | None:
-    """Whether the backend's package is on the target: True, False, or None when unknown."""
+    """Whether the backend's package is on the target: True, False, or None when unknown.
+    DeepEP / HybridEP: ``deep_ep`` (with ``HybridEPBuffer``); NCCL EP: a Transformer Engine built
+    with NCCL EP (``transformer_engine.pytorch.ep``, NVTE_BUILD_WITH_NCCL_EP=1)."""
+    if backend == "ncclep":
+        return target.te_nccl_ep
     if backend not in ("deepep", "hybridep"):
         return True
     if target.deep_ep_version is None:
@@ -77,8 +81,12 @@ def problems(backend: str, target) -> list[str]:
     if target.has_gpu and not supports_gpu(backend, target.gpu_name, target.compute_capability[0]):
         out.append(f"{target.gpu_name} is outside the {backend} GPU allow-list (MB would fall back to alltoall)")
     if availability(backend, target) is False:
-        out.append("deep_ep is not importable" if not target.deep_ep_version
-                   else f"deep_ep {target.deep_ep_version} has no HybridEPBuffer (build DeepEP's hybrid-ep branch)")
+        if backend == "ncclep":
+            out.append("Transformer Engine there has no NCCL EP (transformer_engine.pytorch.ep; build TE with "
+                       "NVTE_BUILD_WITH_NCCL_EP=1)")
+        else:
+            out.append("deep_ep is not importable" if not target.deep_ep_version
+                       else f"deep_ep {target.deep_ep_version} has no HybridEPBuffer (build DeepEP's hybrid-ep branch)")
     if not nvshmem_ok(backend, target):
         out.append(f"deep_ep {target.deep_ep_version} was built without NVSHMEM: Megatron-Core 0.19's DeepEP buffer "
                    "sizing fails on it at any EP size (rebuild with DEEPEP_NVSHMEM=auto)")

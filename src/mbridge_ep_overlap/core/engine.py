@@ -2,8 +2,9 @@
 
 Contract: ``evaluate`` never mutates the config and never stops at the first problem; it returns
 a ``Report`` with all violations (errors, warnings, advice), the rules it could not check because
-a fact was unknown on the target (say, no GPU described on a CPU login node), those that passed
-and those that did not apply. It is the only place the table is iterated; ``evaluations`` counts
+a fact was unknown on the target (say, no GPU described on a CPU login node) or a value they read
+is malformed (the value rules, evaluated first, name it), those that passed and those that did
+not apply. It never raises for a config, however malformed. It is the only place the table is iterated; ``evaluations`` counts
 the calls (the tools promise one evaluation per build). ``check_ep_overlap`` is the public form.
 """
 
@@ -28,6 +29,7 @@ class Report:
     not_checked: list[str] = field(default_factory=list)
     passed: list[str] = field(default_factory=list)
     not_applicable: list[str] = field(default_factory=list)
+    unreadable: dict[str, str] = field(default_factory=dict)  # rule id -> why its check could not read the config
 
     def status_rows(self) -> list[tuple[str, str, str]]:
         """(rule id, status, detail) for every rule, in table order."""
@@ -37,6 +39,8 @@ class Report:
             if rule.id in failed:
                 v = failed[rule.id]
                 rows.append((rule.id, v.severity.value.upper(), f"{v.field} = {v.current!r}; required {v.required}"))
+            elif rule.id in self.unreadable:
+                rows.append((rule.id, "not checked", f"a value it reads is malformed ({self.unreadable[rule.id]})"))
             elif rule.id in self.not_checked:
                 rows.append((rule.id, "not checked", "a fact it needs is unknown here"))
             elif rule.id in self.passed:
@@ -64,16 +68,23 @@ def evaluate(cfg: Any, environment: ClusterEnvironment | None = None, forward_st
     evaluations = next(_counter)
     facts = Facts(cfg, environment, forward_step_func)
     report = Report()
-    for rule in RULES:
-        if not rule.applies(facts):
-            report.not_applicable.append(rule.id)
-        elif not rule.checkable(facts):
+    for rule in sorted(RULES, key=lambda r: not r.sanity):  # value checks first (stable order otherwise)
+        try:
+            if not rule.applies(facts):
+                report.not_applicable.append(rule.id)
+            elif not rule.checkable(facts):
+                report.not_checked.append(rule.id)
+            elif rule.ok(facts):
+                report.passed.append(rule.id)
+            else:
+                report.violations.append(rule.violation(facts))
+        except _UNREADABLE as e:  # a malformed value (a value rule names it): never a traceback
+            report.unreadable[rule.id] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             report.not_checked.append(rule.id)
-        elif rule.ok(facts):
-            report.passed.append(rule.id)
-        else:
-            report.violations.append(rule.violation(facts))
     return report
+
+
+_UNREADABLE = (TypeError, ValueError, ZeroDivisionError, AttributeError, KeyError, IndexError)
 
 
 def check_ep_overlap(

@@ -76,6 +76,31 @@ def resolve_precision(cfg: Any) -> str:
     return "fp32"
 
 
+# Set to True on a forward-step function that hands the schedule plan every input the normal path
+# gets (packed-sequence parameters included): ``core.forward_step.forward_step`` is one.
+PASSES_PACKED_SEQ_PARAMS = "__ep_overlap_passes_packed_seq_params__"
+
+
+def passes_packed_seq_params(func: Callable | None) -> bool:
+    return bool(getattr(func, PASSES_PACKED_SEQ_PARAMS, False))
+
+
+def feeds_packed_sequences(cfg: Any) -> bool | None:
+    """Whether MB 0.6.2 will feed packed (THD) batches, as its own ``_uses_packed_sequence_metadata``
+    decides; None when a custom dataset provider may or may not emit ``cu_seqlens``."""
+    ds = getattr(cfg, "dataset", None)
+    if ds is None:
+        return False
+    if getattr(ds, "enable_offline_packing", False):
+        specs = getattr(ds, "offline_packing_specs", None)
+        return specs is None or (getattr(specs, "packed_sequence_size", 0) or 0) > 0
+    if getattr(ds, "enable_in_batch_packing", False) or getattr(ds, "inter_document_masking", False):
+        return True
+    from megatron.bridge.data.base import DatasetProvider
+
+    return None if isinstance(ds, DatasetProvider) else False
+
+
 def accepts_schedule_plan(func: Callable) -> bool:
     """Whether a forward-step function can serve MCore's combined-1F1B schedule."""
     try:

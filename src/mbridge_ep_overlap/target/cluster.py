@@ -58,6 +58,7 @@ class ClusterEnvironment:
     hybrid_ep_available: bool | None = None
     deep_ep_nvshmem: bool | None = None  # built with NVSHMEM (internode kernels); None = unknown
     deep_ep_build: str | None = None  # one line: source commit, arch list, kernels (doctor)
+    te_nccl_ep: bool | None = None  # TE built with NCCL EP (transformer_engine.pytorch.ep); None = unknown
     env_vars: dict[str, str] = field(default_factory=dict)
     source: str = "probed"
 
@@ -142,6 +143,7 @@ def describe(
         nvlink_domain_size=g.nvlink_domain_size,
         torch_version=torch_version or versions["torch_version"],
         te_version=te_version,
+        te_nccl_ep=False if te_version == "" else None,
         mcore_version=versions["mcore_version"],
         mb_version=versions["mb_version"],
         deep_ep_version=deep_ep_version,

@@ -53,6 +53,17 @@ def summarize_deep_ep_build(record: dict) -> str:
     return ", ".join(parts)
 
 
+def _te_has_nccl_ep() -> bool:
+    """Whether this TE was built with NCCL EP (what MCore's 'ncclep' backend calls)."""
+    if not te_version_here():
+        return False
+    try:
+        import transformer_engine.pytorch.ep  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
 def _links_nvshmem(module_name: str) -> bool | None:
     """Whether a compiled extension needs libnvshmem_host (DeepEP's internode/low-latency build)."""
     spec = importlib.util.find_spec(module_name)
@@ -104,6 +115,7 @@ def _static() -> dict:
         "gpus_per_node": per_node,
         "nvlink_domain_size": catalog.nvlink_domain_size if catalog else None,
         "te_version": te_version_here(),
+        "te_nccl_ep": _te_has_nccl_ep(),
         "deep_ep_version": info.version,
         "hybrid_ep_available": info.hybrid_ep,
         "deep_ep_nvshmem": info.nvshmem,

@@ -5,13 +5,18 @@ Contract
 ``simulate(target)`` is the one place where the target is faked. Inside it:
 
 * ``torch.cuda.is_available`` / ``get_device_properties`` / ``get_device_capability`` /
-  ``device_count`` answer as the target's GPUs, and ``WORLD_SIZE`` is its world size;
+  ``get_device_name`` / ``device_count`` / ``current_device`` answer as the target's GPUs, and
+  ``WORLD_SIZE`` is its world size;
 * the target's launcher variables are in ``os.environ``;
-* the Transformer Engine version checks Megatron-Bridge and Megatron-Core make while finalizing
-  (``is_te_min_version`` where they bound it) answer for the target's TE version, so a config for
-  a TE cluster is judged as the cluster will judge it even where TE is not installed.
+* Transformer Engine is the target's: the version Megatron-Core caches for every
+  ``is_te_min_version`` check (``megatron.core.utils._te_version``), MB's ``comm_overlap.HAVE_TE``,
+  the build-time probe that picks ``gradient_accumulation_fusion``'s default, and - only where TE
+  is not really installed here - stand-ins for the TE symbols finalize looks up without calling
+  (fused RoPE, fused permutation, ``FusedAdam``'s signature), so a config for a TE cluster is
+  built and judged as that cluster will build and judge it.
 
-The user's config is never rewritten. Everything patched is restored on exit, ``os.environ``
+The user's config is never rewritten: recipes are built inside ``simulate`` too, so what a dry run
+writes is the config the cluster will run. Everything patched is restored on exit, ``os.environ``
 included. ``current()`` returns the simulated target inside, a probe of this machine outside.
 """
 
@@ -21,8 +26,9 @@ import contextlib
 import contextvars
 import importlib
 import os
+import sys
 import types
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from .cluster import ClusterEnvironment
 from .gpus import GPU_CATALOG, match
@@ -31,11 +37,13 @@ _SIMULATED: contextvars.ContextVar[ClusterEnvironment | None] = contextvars.Cont
     "mbridge_ep_overlap_simulated_target", default=None
 )
 
-# Where MB 0.6.2 / MCore 0.19.2 bound ``is_te_min_version`` by name on their finalize path.
-TE_VERSION_GATES = (
-    "megatron.bridge.training.comm_overlap",
-    "megatron.core.transformer.transformer_config",
-)
+# TE symbols MCore 0.19.2's finalize checks for presence only (None without TE): the module and names.
+TE_PRESENCE_CHECKS = {
+    "megatron.core.models.common.embeddings.rope_utils": ("fused_apply_rotary_pos_emb", "fused_apply_rotary_pos_emb_thd"),
+    "megatron.core.transformer.moe.moe_utils": ("fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",
+                                                "fused_sort_chunks_by_index_with_probs", "fused_unpermute"),
+}
+TE_MODULES = ("transformer_engine", "transformer_engine.pytorch", "transformer_engine.pytorch.optimizers")
 
 
 def current() -> ClusterEnvironment:
@@ -46,32 +54,35 @@ def current() -> ClusterEnvironment:
 
 
 class _Patches:
-    """setattr with restore, in reverse order (no unittest.mock in production code)."""
+    """setattr (and sys.modules entries) with restore, in reverse order (no unittest.mock in
+    production code)."""
+
+    _ABSENT = object()
 
     def __init__(self) -> None:
         self._saved: list[tuple[Any, str, Any]] = []
 
     def set(self, obj: Any, name: str, value: Any) -> None:
-        self._saved.append((obj, name, getattr(obj, name)))
+        self._saved.append((obj, name, getattr(obj, name, self._ABSENT)))
         setattr(obj, name, value)
+
+    def modules(self, modules: dict[str, types.ModuleType]) -> None:
+        for name, module in modules.items():
+            self._saved.append((sys.modules, name, sys.modules.get(name, self._ABSENT)))
+            sys.modules[name] = module
 
     def restore(self) -> None:
         while self._saved:
             obj, name, value = self._saved.pop()
-            setattr(obj, name, value)
-
-
-def te_min_version(te_version: str) -> Callable[..., bool]:
-    """``is_te_min_version`` as a target with TE ``te_version`` ("" = none) answers it."""
-    from packaging.version import Version
-
-    def is_te_min_version(version, check_equality: bool = True) -> bool:
-        if not te_version:
-            return False
-        have, want = Version(te_version), Version(str(version))
-        return have >= want if check_equality else have > want
-
-    return is_te_min_version
+            if obj is sys.modules:
+                if value is self._ABSENT:
+                    sys.modules.pop(name, None)
+                else:
+                    sys.modules[name] = value
+            elif value is self._ABSENT:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, value)
 
 
 def _fake_hardware(patches: _Patches, env: ClusterEnvironment) -> None:
@@ -85,15 +96,53 @@ def _fake_hardware(patches: _Patches, env: ClusterEnvironment) -> None:
     patches.set(torch.cuda, "is_available", lambda: True)
     patches.set(torch.cuda, "get_device_properties", lambda *a, **k: props)
     patches.set(torch.cuda, "get_device_capability", lambda *a, **k: env.compute_capability)
+    patches.set(torch.cuda, "get_device_name", lambda *a, **k: env.gpu_name)
     patches.set(torch.cuda, "device_count", lambda: env.gpus_per_node or 1)
+    patches.set(torch.cuda, "current_device", lambda: 0)
 
 
-def _fake_te_gates(patches: _Patches, te_version: str) -> None:
-    gate = te_min_version(te_version)
-    for module_name in TE_VERSION_GATES:
+def _te_stand_in(*args, **kwargs):
+    raise RuntimeError("mbridge_ep_overlap.target.simulate: a TE stand-in for a dry run was called")
+
+
+class _FusedAdamSignature:
+    """What MCore's optimizer config inspects of TE's FusedAdam (parameter names), nothing more."""
+
+    def __init__(self, params=None, master_weight_dtype=None, exp_avg_dtype=None, exp_avg_sq_dtype=None,
+                 use_decoupled_grad=False, **kwargs):
+        _te_stand_in()
+
+
+def _fake_te(patches: _Patches, te_version: str) -> None:
+    """The target's Transformer Engine: its version everywhere MCore/MB ask, and its presence."""
+    from packaging.version import Version
+
+    import megatron.core.utils as mcore_utils
+    from megatron.bridge.training import comm_overlap
+    from megatron.bridge.utils import fusions
+
+    from .probe import te_version_here
+
+    patches.set(mcore_utils, "_te_version", Version(te_version or "0.0.0"))
+    patches.set(comm_overlap, "HAVE_TE", bool(te_version))
+    probe = fusions.can_enable_gradient_accumulation_fusion  # a dataclass default_factory: captured by
+    patches.set(probe, "__code__", (lambda: True).__code__ if te_version else (lambda: False).__code__)  # identity
+    if not te_version or te_version_here():
+        return  # no TE on the target, or the real one is here: nothing to stand in for
+    for module_name, names in TE_PRESENCE_CHECKS.items():
         module = importlib.import_module(module_name)
-        if hasattr(module, "is_te_min_version"):
-            patches.set(module, "is_te_min_version", gate)
+        for name in names:
+            patches.set(module, name, _te_stand_in)
+    patches.modules(_te_modules(te_version))
+
+
+def _te_modules(te_version: str) -> dict[str, types.ModuleType]:
+    te, pytorch, optimizers = (types.ModuleType(name) for name in TE_MODULES)
+    te.__path__, pytorch.__path__ = [], []
+    te.__version__ = te_version
+    optimizers.FusedAdam = _FusedAdamSignature
+    te.pytorch, pytorch.optimizers = pytorch, optimizers
+    return dict(zip(TE_MODULES, (te, pytorch, optimizers)))
 
 
 @contextlib.contextmanager
@@ -106,7 +155,7 @@ def simulate(env: ClusterEnvironment) -> Iterator[ClusterEnvironment]:
         if env.has_gpu:
             _fake_hardware(patches, env)
         if env.te_version is not None:
-            _fake_te_gates(patches, env.te_version)
+            _fake_te(patches, env.te_version)
         if env.world_size:
             os.environ["WORLD_SIZE"] = str(env.world_size)
         os.environ.update({k: str(v) for k, v in env.env_vars.items()})

@@ -41,15 +41,11 @@ def _collect(args: argparse.Namespace) -> tuple[int, dict[str, Any], list[str]]:
         out.update(accepted=False, violations=[v.to_dict() for v in getattr(e, "violations", [])], error=str(e))
         return 1, out, [f"{spec.recipe}: REFUSED", str(e)]
     rows = built.report.status_rows()
-    out.update(plan=built.plan.to_dict() if built.plan else None, finalized=result.summary,
-               te_adaptations_for_this_dry_run=[p for p, _, _ in result.te_adaptations], accepted=True,
+    out.update(plan=built.plan.to_dict() if built.plan else None, finalized=result.summary, accepted=True,
                rules=[dict(zip(("rule", "status", "detail"), row)) for row in rows])
     lines = [built.plan.to_table() if built.plan else "EP overlap off (as asked)", "",
              "finalized by Megatron-Bridge (runtime_config_update, target simulated):"]
     lines += [f"  {line}" for line in result.lines()]
-    if result.te_adaptations:
-        lines.append("  (no Transformer Engine here: for this dry run only, switched off "
-                     + ", ".join(p for p, _, _ in result.te_adaptations) + ")")
     width = max(len(r[0]) for r in rows)
     lines += ["", "rules:"] + [f"  {rule_id:{width}s}  {status:11s}  {detail}" for rule_id, status, detail in rows]
     state = "ACCEPTED with EP overlap on" if built.plan else "ACCEPTED with EP overlap off"

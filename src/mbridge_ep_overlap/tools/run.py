@@ -9,8 +9,9 @@ recipe, sizes, EP overlap on or *really* off, overrides, one rule evaluation), t
   ``--num-gpus``, ``--te``; hardware and version gates simulated, nothing else), prints the
   finalized EP-overlap fields one per line as ``name: value``, writes the resolved YAML and prints
   its path; or
-* trains on this machine (the target is probed): MB's ``pretrain()`` with MB's GPT forward step,
-  wrapped by ``evidence.ScheduleCounter`` and recorded by ``evidence.RunRecorder``
+* trains on this machine (the target is probed): MB's ``pretrain()`` with
+  ``mbridge_ep_overlap.forward_step`` (MB's GPT step whose overlapped path also passes packed
+  sequences), wrapped by ``evidence.ScheduleCounter`` and recorded by ``evidence.RunRecorder``
   (``--summary-json``). faulthandler is on, so a native crash prints every rank's Python stack.
 
 The output folder is checked before anything is built. Exit codes: 0 ok; 1 refused config (every
@@ -68,9 +69,6 @@ def dry_run(args: argparse.Namespace) -> int:
     if built.plan is not None:
         print(built.plan.to_table())
     result = finalize(built)
-    for path, old, new in result.te_adaptations:
-        old, new = (getattr(v, "__name__", v) if callable(v) else v for v in (old, new))
-        print(f"# no Transformer Engine on this machine: {path} {old!r} -> {new!r} for this dry run only")
     for line in result.lines():
         print(line)
     yaml_path = out / f"{built.recipe.name.replace(':', '.')}.yaml"
@@ -88,8 +86,9 @@ def train(args: argparse.Namespace) -> int:
     from ..target import shims
 
     shims.install()
-    from megatron.bridge.training.gpt_step import forward_step
     from megatron.bridge.training.pretrain import pretrain
+
+    from ..core.forward_step import forward_step
 
     from ..core import enforcement
     from .evidence import RunRecorder, ScheduleCounter

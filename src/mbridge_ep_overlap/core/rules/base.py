@@ -11,7 +11,8 @@ optionally
 * ``current``: the value shown to the user (default: the field's value);
 * ``auto_fix``: the documented edits ``resolve="auto"`` applies (none => only the user can fix it);
 * ``upstream`` and ``upstream_match``: which upstream check it mirrors and a regex fragment of
-  upstream's own message, which the parity tests match so a rule cannot drift from upstream.
+  upstream's own message, which the parity tests match so a rule cannot drift from upstream;
+* ``sanity``: a check of a value's type or range, evaluated before the others.
 
 Adding a rule is adding one object to its family module and one parity case. This module also
 holds the small predicates several families share.
@@ -53,6 +54,7 @@ class Family(enum.Enum):
     FLEX = "flex dispatchers"
     TOPOLOGY = "topology and batch"
     ENVIRONMENT = "environment and advice"
+    VALUES = "config values (types and ranges)"
 
 
 class Upstream(enum.Enum):
@@ -81,6 +83,8 @@ class Rule:
     auto_fix: Fix | None = None
     upstream: Upstream = Upstream.NONE
     upstream_match: str = ""
+    sanity: bool = False
+    """True for the value checks (types and ranges) the engine evaluates first."""
 
     def applies(self, facts: Facts) -> bool:
         return self.when.applies(facts)

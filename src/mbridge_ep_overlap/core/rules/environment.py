@@ -1,11 +1,11 @@
-"""Environment and advice: the software versions and launcher variables overlap depends on, and
-measured reasons to reconsider a configuration that is valid but unlikely to gain."""
+"""Environment: the software versions and launcher variables EP overlap depends on (the advice
+of the same family lives in ``advice``)."""
 
 from __future__ import annotations
 
-from .. import dispatcher
 from ..errors import Severity
-from .base import Family, Upstream, When, rule, version_at_least
+from ..facts import Facts
+from .base import Family, Upstream, When, rule, te_known, version_at_least
 
 TESTED_PAIR = ("0.19.2", "0.6.2")  # megatron-core, megatron-bridge
 
@@ -47,30 +47,29 @@ def tested_versions(f: Facts) -> bool:
     return (f.env.mcore_version, f.env.mb_version) == TESTED_PAIR
 
 
-@family("small-ep-alltoall", When.OVERLAP, "model.expert_model_parallel_size", severity=Severity.ADVICE,
-        required="EP > 4, or more than 2 nodes, or a flex dispatcher")
-def small_ep_alltoall(f: Facts) -> bool:
-    """with EP <= 4 over alltoall on <= 2 nodes the all-to-all is cheap; on 2x H200 NVLink overlap
-    measured 0.88-1.02x of overlap off (raw MCore probe and docs/benchmarks.md), at best +2%.
+TE_ONLY_FEATURES = (  # model field -> the value that needs Transformer Engine
+    ("transformer_impl", "transformer_engine"), ("apply_rope_fusion", True), ("moe_permute_fusion", True),
+    ("use_transformer_engine_op_fuser", True), ("cuda_graph_impl", "transformer_engine"),
+)
 
-    Fix: benchmark before keeping it (mbridge-ep-overlap bench); MB docs advise against overlap
-    here.
+
+def _te_features_on(f: Facts) -> list[str]:
+    on = [name for name, value in TE_ONLY_FEATURES if f.model(name) == value]
+    if getattr(getattr(f.cfg, "optimizer", None), "use_precision_aware_optimizer", False):
+        on.append("optimizer.use_precision_aware_optimizer")
+    return on
+
+
+@family("te-features-need-te", When.ALWAYS, "model.transformer_impl", required="Transformer Engine on the target",
+        needs=te_known, current=_te_features_on, upstream=Upstream.MCORE,
+        upstream_match="not available. Please install TE|requires FusedAdam from TransformerEngine")
+def te_features_need_te(f: Facts) -> bool:
+    """the config uses Transformer Engine layers or kernels, and the target has no Transformer Engine.
+
+    Fix: install Transformer Engine on the nodes (or plan with --te VERSION), or use the local layer spec
+    with the TE fusions off.
     """
-    return (f.dispatcher != "alltoall" or (f.model("expert_model_parallel_size") or 1) > 4
-        or (f.env.num_nodes or 1) > 2)
-
-
-@family("small-ep-deepep", When.OVERLAP_FLEX, "model.expert_model_parallel_size", severity=Severity.ADVICE,
-        required=f"EP >= {dispatcher.DEEPEP_MIN_EP} for 'deepep' (where "
-                "DeepEP pays), else dispatcher='alltoall'")
-def small_ep_deepep(f: Facts) -> bool:
-    """at small EP DeepEP measured slower than alltoall; on 2x H200 (EP 2, NVLink) overlap with
-    DeepEP ran at 0.75-0.90x of overlap off, 9-45% of its dispatch/combine hidden.
-
-    Fix: use dispatcher='alltoall' (or 'auto') below EP 16, or benchmark it (mbridge-ep-overlap
-    bench --variants off,deepep).
-    """
-    return f.flex_backend != "deepep" or (f.model("expert_model_parallel_size") or 1) >= dispatcher.DEEPEP_MIN_EP
+    return bool(f.te_usable) or not _te_features_on(f)
 
 
 RULES = family.rules

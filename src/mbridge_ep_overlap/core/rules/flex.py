@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .. import dispatcher
 from ..errors import Severity
+from ..facts import Facts
 from .base import Family, Upstream, When, rule, without
 
 
@@ -49,7 +50,7 @@ def flex_backend_gpu(f: Facts) -> bool:
 
 
 @family("flex-backend-importable", When.OVERLAP_FLEX, "model.moe_flex_dispatcher_backend",
-        required="deep_ep importable (with HybridEPBuffer for 'hybridep')",
+        required="deep_ep importable (with HybridEPBuffer for 'hybridep'); TE with NCCL EP for 'ncclep'",
         needs=lambda f: dispatcher.availability(f.flex_backend, f.env) is not None,
         current=lambda f: f"{f.flex_backend} (deep_ep {f.env.deep_ep_version or 'missing'})")
 def flex_backend_importable(f: Facts) -> bool:
@@ -128,6 +129,31 @@ def ncclep_static_shape(f: Facts) -> bool:
     Fix: set model.moe_ncclep_static_shape=True (needs the fused op on sm100+).
     """
     return f.flex_backend != "ncclep" or bool(f.model("moe_ncclep_static_shape"))
+
+
+
+@family("ncclep-capacity-factor", When.OVERLAP_FLEX, "model.moe_expert_rank_capacity_factor",
+        required="set (a float, e.g. 1.5) with the ncclep backend")
+def ncclep_capacity_factor(f: Facts) -> bool:
+    """NCCL EP sizes each rank's receive buffer from moe_expert_rank_capacity_factor; without it
+    Megatron-Core refuses when it builds the MoE layer (finalize accepts it: MB 0.6.2's own
+    gpt-oss NCCL-EP perf recipe fails there).
+
+    Fix: set model.moe_expert_rank_capacity_factor generously (exceeding it hard-traps), or use another dispatcher.
+    """
+    return f.flex_backend != "ncclep" or f.model("moe_expert_rank_capacity_factor") is not None
+
+
+@family("ncclep-static-shape-fused-gemm", When.OVERLAP_FLEX, "model.use_transformer_engine_op_fuser",
+        required="True, with moe_grouped_gemm, when moe_ncclep_static_shape is on")
+def ncclep_static_shape_fused_gemm(f: Facts) -> bool:
+    """NCCL EP's static shapes need the fused grouped GEMM over device-side expert counts (the TE op
+    fuser and grouped GEMM); Megatron-Core refuses at model build.
+
+    Fix: set model.use_transformer_engine_op_fuser=True and model.moe_grouped_gemm=True, or moe_ncclep_static_shape=False.
+    """
+    return (f.flex_backend != "ncclep" or not f.model("moe_ncclep_static_shape")
+            or bool(f.model("use_transformer_engine_op_fuser") and f.model("moe_grouped_gemm")))
 
 
 RULES = family.rules

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..facts import Facts, accepts_schedule_plan
+from ..facts import Facts, accepts_schedule_plan, feeds_packed_sequences, passes_packed_seq_params
 from .base import Family, Upstream, When, rule, set_to, without
 
 
@@ -39,6 +39,51 @@ def _model_flag_survives_setup(f: Facts) -> bool:
         return True
     snap = _snapshot(f)
     return bool(getattr(snap if snap is not None else co, "overlap_moe_expert_parallel_comm"))
+
+
+def _provider_lacks_schedule_plan(model) -> str | None:
+    """Why the model ``cfg.model`` provides has no ``build_schedule_plan`` (None: it has one).
+
+    Only MCore's ``GPTModel`` implements it. A provider whose ``provide`` returns a wrapper (VLM,
+    omni, audio), a hybrid/Mamba or non-GPT model, or a distillation pair does not (MB issues
+    #4975, #5909); which class owns ``provide`` in the MRO decides, read from MB 0.6.2's providers.
+    """
+    from megatron.bridge.models.distillation_provider import DistillationProvider
+    from megatron.bridge.models.gemma.gemma2_provider import Gemma2ModelProvider
+    from megatron.bridge.models.gemma.gemma3_provider import Gemma3ModelProvider
+    from megatron.bridge.models.gemma.gemma4_provider import Gemma4ModelProvider
+    from megatron.bridge.models.gemma.gemma_provider import GemmaModelProvider
+    from megatron.bridge.models.gpt_provider import GPTModelProvider
+    from megatron.bridge.models.hybrid.hybrid_provider import HybridModelProvider
+    from megatron.bridge.models.mimo_v2_flash.mimo_v2_flash_provider import MiMoV2FlashModelProvider
+
+    returns_gpt_model = {GPTModelProvider, GemmaModelProvider, Gemma2ModelProvider, Gemma3ModelProvider,
+                         Gemma4ModelProvider, MiMoV2FlashModelProvider}  # Gemma 4: see moe-layer-code-bypassed
+    if isinstance(model, DistillationProvider):
+        return "a distillation pair: the teacher's forward never runs in the schedule plan"
+    if isinstance(model, HybridModelProvider):
+        return "a hybrid/Mamba model (HybridModel)"
+    if not isinstance(model, GPTModelProvider):
+        return f"{type(model).__name__} does not build a GPTModel"
+    owner = next(k for k in type(model).__mro__ if "provide" in k.__dict__)
+    return None if owner in returns_gpt_model else f"{owner.__name__}.provide returns a wrapper around the language model"
+
+
+def _bypassed_layer_code(model) -> str | None:
+    """MoE layer classes whose own forward code the schedule plan never calls (it re-implements
+    TransformerLayer.forward): Gemma 4's pre-shared-expert and post-FFN norms and layer scalar."""
+    from megatron.bridge.models.gemma.gemma4_provider import Gemma4ModelProvider
+
+    return "Gemma4TransformerLayer" if isinstance(model, Gemma4ModelProvider) else None
+
+
+def _last_layer_is_moe(f: Facts) -> bool:
+    """The plan applies the final layer norm inside the last layer's MoE combine; a dense last layer
+    skips it (MCore 0.19.2 fine_grained_callables: final_layernorm only in moe_combine)."""
+    freq, layers = f.model("moe_layer_freq", 1), f.model("num_layers")
+    if isinstance(freq, int):
+        return (layers - 1) % freq == 0
+    return bool(list(freq)[-1])
 
 
 family = rule.family(Family.OVERLAP)
@@ -236,6 +281,106 @@ def forward_step_signature(f: Facts) -> bool:
     return model.build_schedule_plan(...) when True.
     """
     return accepts_schedule_plan(f.forward_step_func)
+
+
+
+@family("model-has-schedule-plan", When.OVERLAP, "model", required="a provider whose model is MCore's GPTModel",
+        current=lambda f: _provider_lacks_schedule_plan(f.cfg.model))
+def model_has_schedule_plan(f: Facts) -> bool:
+    """the model has no build_schedule_plan (only MCore's GPTModel does): training fails with a
+    RuntimeError at the first step, after model build and checkpoint load.
+
+    Fix: turn EP overlap off for this model (hybrid/Mamba, VLM, omni, audio, distillation).
+    """
+    return _provider_lacks_schedule_plan(f.cfg.model) is None
+
+
+@family("moe-layer-code-bypassed", When.OVERLAP, "model", required="a MoE layer without its own forward code",
+        current=lambda f: _bypassed_layer_code(f.cfg.model))
+def moe_layer_code_bypassed(f: Facts) -> bool:
+    """the overlapped schedule re-implements the layer's forward and skips this model's own layer code:
+    outputs are silently wrong.
+
+    Fix: turn EP overlap off for this model.
+    """
+    return _bypassed_layer_code(f.cfg.model) is None
+
+
+@family("last-layer-dense", When.OVERLAP, "model.moe_layer_freq", required="the last decoder layer a MoE layer",
+        needs=lambda f: isinstance(f.model("num_layers"), int), current=lambda f: f.model("moe_layer_freq"))
+def last_layer_dense(f: Facts) -> bool:
+    """the last decoder layer is dense: the overlapped schedule applies the final layer norm only in a
+    MoE layer's combine, so the output head silently reads un-normalised hidden states.
+
+    Fix: make the last layer a MoE layer (moe_layer_freq), or turn EP overlap off.
+    """
+    return _last_layer_is_moe(f)
+
+
+@family("packed-sequences-forward-step", When.OVERLAP, "forward_step_func",
+        required="a forward step that passes packed_seq_params to build_schedule_plan (mbridge_ep_overlap.forward_step)",
+        needs=lambda f: f.forward_step_func is not None and feeds_packed_sequences(f.cfg) is not None,
+        current=lambda f: getattr(f.forward_step_func, "__qualname__", repr(f.forward_step_func)))
+def packed_sequences_forward_step(f: Facts) -> bool:
+    """with packed (THD) sequences MB 0.6.2's forward step builds the schedule plan without
+    packed_seq_params: attention silently crosses sequence boundaries under overlap (fixed upstream after
+    0.6.2, MB #5470).
+
+    Fix: train with mbridge_ep_overlap.forward_step (scripts/run_script.py does), or turn overlap off.
+    """
+    return not feeds_packed_sequences(f.cfg) or passes_packed_seq_params(f.forward_step_func)
+
+
+@family("packed-sequences-mtp", When.OVERLAP, "model.mtp_num_layers", required="0 or None with packed sequences",
+        needs=lambda f: feeds_packed_sequences(f.cfg) is not None)
+def packed_sequences_mtp(f: Facts) -> bool:
+    """multi-token prediction with packed sequences is not supported by the overlapped schedule (MCore
+    asserts at the first step; with MB's stock forward step it silently trains unpacked).
+
+    Fix: set model.mtp_num_layers=None, or do not pack sequences, or turn overlap off.
+    """
+    return not feeds_packed_sequences(f.cfg) or not f.model("mtp_num_layers")
+
+
+@family("inter-document-masking", When.ALWAYS, "dataset.inter_document_masking", required="False")
+def inter_document_masking(f: Facts) -> bool:
+    """MB 0.6.2 turns the cu_seqlens of MCore's inter-document masking into empty packed parameters;
+    with overlap on nothing even fails.
+
+    Fix: set dataset.inter_document_masking=False (pack with MB's offline packing instead).
+    """
+    return not getattr(getattr(f.cfg, "dataset", None), "inter_document_masking", False)
+
+
+@family("hybrid-context-parallel", When.OVERLAP, "model.hybrid_context_parallel", required="False")
+def hybrid_context_parallel(f: Facts) -> bool:
+    """MCore picks the overlapped schedule before the hybrid-context-parallel one: that scheduler is
+    silently replaced.
+
+    Fix: set model.hybrid_context_parallel=False, or turn overlap off.
+    """
+    return not f.model("hybrid_context_parallel")
+
+
+@family("decentralized-process-groups", When.OVERLAP, "dist.use_decentralized_pg", required="False")
+def decentralized_process_groups(f: Facts) -> bool:
+    """the overlapped schedule computes the loss from global parallel state, which decentralized process
+    groups never initialise: training fails at the first step.
+
+    Fix: set dist.use_decentralized_pg=False, or turn overlap off.
+    """
+    return not getattr(getattr(f.cfg, "dist", None), "use_decentralized_pg", False)
+
+
+@family("cpu-offloading", When.OVERLAP, "model.cpu_offloading", required="False",
+        auto_fix=set_to("model.cpu_offloading", False))
+def cpu_offloading(f: Facts) -> bool:
+    """activation CPU offloading lives in TransformerBlock.forward, which the overlapped schedule never
+    calls: the memory saving asked for silently does not happen.
+
+    Fix: set model.cpu_offloading=False (fine-grained offloading works with overlap), or turn overlap off.
+    """
+    return not f.model("cpu_offloading")
 
 
 RULES = family.rules
