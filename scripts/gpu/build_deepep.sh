@@ -7,8 +7,15 @@
 # as the GPU nodes (the extension is tied to torch's version and CUDA major), nvcc of that CUDA
 # major (CUDA_HOME, or nvcc on PATH), and a C++ compiler. No GPU is needed to build.
 # Knobs (environment):
-#   TORCH_CUDA_ARCH_LIST  GPU architectures (default 9.0: H100/H200; "9.0 10.0" adds B200/GB200).
-#                         DeepEP's aggressive PTX loads are only allowed for exactly 9.0.
+#   DEEPEP_ARCH_LIST      GPU architectures of this build (default 9.0: H100/H200; "9.0 10.0" adds
+#                         B200/GB200). It becomes TORCH_CUDA_ARCH_LIST for DeepEP's setup.py, which
+#                         also bakes it into HybridEP's run-time JIT (-DSM_ARCH). TORCH_CUDA_ARCH_LIST
+#                         from the environment is NOT used: a shell cannot tell a value set for this
+#                         build from one exported globally (the GPU test machine exports 9.0a for
+#                         everything), and DeepEP's setup.py would take either.
+#   DISABLE_AGGRESSIVE_PTX_INSTRS  DeepEP's own switch, passed through; its setup.py defaults it to 1
+#                         (off). 0 turns the aggressive loads/stores on, which setup.py allows only
+#                         when the arch list is exactly "9.0".
 #   DEEPEP_NVSHMEM        auto (default): build the internode and low-latency kernels when the
 #                         nvidia-nvshmem wheel (or NVSHMEM_DIR) is there; off: intranode kernels
 #                         only. megatron-core 0.19 needs NVSHMEM for `deepep` even on one node (its
@@ -22,7 +29,20 @@ cd "$(dirname "$0")/../.."
 SRC=$(realpath "${1:-.deepep-src}")
 OUT=$(realpath -m "${2:-.deepep-wheel}")
 PYTHON=${PYTHON:-python3}
-export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+DEEPEP_ARCH_LIST=$(echo "${DEEPEP_ARCH_LIST:-9.0}" | xargs)  # trimmed: setup.py compares it with "9.0" verbatim
+if [ -n "${TORCH_CUDA_ARCH_LIST:-}" ] && [ "$TORCH_CUDA_ARCH_LIST" != "$DEEPEP_ARCH_LIST" ]; then
+  echo "build_deepep: ignoring TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST from the environment; set DEEPEP_ARCH_LIST to change the arch list"
+fi
+export TORCH_CUDA_ARCH_LIST=$DEEPEP_ARCH_LIST
+# Mirror DeepEP's rule (setup.py, get_extension_deep_ep_cpp): -DDISABLE_AGGRESSIVE_PTX_INSTRS unless
+# DISABLE_AGGRESSIVE_PTX_INSTRS=0, and 0 is refused (assert) for any arch list but exactly "9.0".
+AGGRESSIVE_PTX=0
+if [ "${DISABLE_AGGRESSIVE_PTX_INSTRS:-1}" = 0 ]; then
+  [ "$TORCH_CUDA_ARCH_LIST" = 9.0 ] || { echo "build_deepep: DISABLE_AGGRESSIVE_PTX_INSTRS=0 needs DEEPEP_ARCH_LIST=9.0 exactly (DeepEP's setup.py asserts)" >&2; exit 2; }
+  AGGRESSIVE_PTX=1
+fi
+export DEEPEP_AGGRESSIVE_PTX=$AGGRESSIVE_PTX
+echo "build_deepep: arch list TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST (HybridEP JIT SM_ARCH too); aggressive PTX $([ $AGGRESSIVE_PTX = 1 ] && echo on || echo 'off (-DDISABLE_AGGRESSIVE_PTX_INSTRS)')"
 export DEEPEP_NVSHMEM=${DEEPEP_NVSHMEM:-auto}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 source scripts/gpu/cuda_home.sh || { echo "build_deepep: set CUDA_HOME (no CUDA toolkit found)" >&2; exit 2; }
@@ -107,6 +127,7 @@ with zipfile.ZipFile(wheel) as z:
 record = {
     "source": source,
     "torch_cuda_arch_list": os.environ["TORCH_CUDA_ARCH_LIST"],
+    "aggressive_ptx": os.environ["DEEPEP_AGGRESSIVE_PTX"] == "1",
     "nvshmem": nvshmem,
     "kernels": "intranode + internode + low-latency" if nvshmem else "intranode (NVLink, one node)",
     "hybrid_ep": any(n.startswith("hybrid_ep_cpp") for n in names),

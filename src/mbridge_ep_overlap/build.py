@@ -85,8 +85,13 @@ def apply_overrides(cfg: Any, overrides: tuple[str, ...] | list[str]) -> None:
 
     from .core.facts import get_path
 
+    missing = object()
     for item in overrides:
         key = item.partition("=")[0]
+        parent_path, _, leaf = key.rpartition(".")
+        parent = get_path(cfg, parent_path, missing) if parent_path else cfg
+        if parent is missing or parent is None or (not isinstance(parent, dict) and not hasattr(parent, leaf)):
+            raise UsageError("override", item, f"an existing config field ({key} is not one)", "unknown")
         if dataclasses.is_dataclass(get_path(cfg, key)):
             raise UsageError("override", item, f"a field inside {key} (it would replace the whole {key} section)",
                              "invalid")
@@ -106,6 +111,7 @@ def build(spec: RunSpec, *, target: ClusterEnvironment | None = None,
     shims.install()
     spec = spec.validated()
     recipe = resolve_recipe(spec.recipe)
+    recipe.function()  # an unknown module or function is bad usage before anything else is asked
     target = target or resolve_target(spec, recipe)
     from .target.simulate import simulate
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import inspect
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -122,7 +123,7 @@ class RunSpec:
                 raise UsageError(name, value, "an integer >= 1", "invalid")
         for item in self.overrides:
             key, sep, _ = str(item).partition("=")
-            if not sep or not re.fullmatch(r"\+{0,2}~?[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key):
+            if not sep or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", key):
                 raise UsageError("override", item, "key=value with a dotted field path, e.g. train.train_iters=10",
                                  "malformed")
         self.target.validated()
@@ -161,6 +162,12 @@ class Recipe:
         fn = getattr(module, attr, None)
         if not callable(fn):
             raise UsageError("recipe function", self.entry.function, f"a function defined in {module_name}")
+        try:
+            params = inspect.signature(fn).parameters.values()
+        except (TypeError, ValueError):  # builtins without a signature
+            params = []
+        if any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+            raise UsageError("recipe function", self.entry.function, "a function callable with no arguments", "invalid")
         return fn
 
     def config(self, hf_config_dir: str | None = None) -> Any:
@@ -173,11 +180,12 @@ class Recipe:
         with offline_architectures(hf_config_dir):
             try:
                 cfg = fn()
-            except TypeError as e:
-                if "argument" not in str(e):
-                    raise
-                raise UsageError("recipe function", self.entry.function, f"a function callable with no arguments ({e})") \
-                    from None
+            except UsageError:
+                raise
+            except Exception as e:  # the recipe itself cannot be built here (a missing file, a bad value)
+                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                raise UsageError("recipe function", self.entry.function,
+                                 f"a recipe that builds here; it raised {type(e).__name__}: {first}", "failing") from None
         if not isinstance(cfg, ConfigContainer):
             raise UsageError("recipe function", self.entry.function,
                              f"a function returning a ConfigContainer (it returned {type(cfg).__name__})")

@@ -31,7 +31,7 @@ from typing import Iterator
 
 from ..target import shims
 from .engine import Report, evaluate
-from .errors import Severity
+from .errors import EPOverlapError, Severity, Violation
 
 shims.install()  # explicit: MB 0.6.2 imports TE / NVRx unconditionally (see target.shims)
 
@@ -49,6 +49,16 @@ def already_checked(cfg, report: Report) -> Iterator[None]:
         yield
     finally:
         _CHECKED.reset(token)
+
+
+def _VALIDATE_BEFORE_FINALIZE(mixed_precision: str) -> Violation:  # noqa: N802 - a constant-like factory
+    return Violation(
+        rule_id="validate-before-runtime-config-update", severity=Severity.ERROR, field="mixed_precision",
+        current=mixed_precision, required="a MixedPrecisionConfig (runtime_config_update resolves the recipe name)",
+        message="cfg.validate() ran on a config Megatron-Bridge has not finalized: its validate() reads mixed_precision "
+        "as an object and fails with an AttributeError",
+        fix="call megatron.bridge.training.config.runtime_config_update(cfg) (what pretrain() does): it resolves "
+        "mixed_precision, then validates")
 
 
 def enforce(cfg, stage: str) -> None:
@@ -71,6 +81,8 @@ class EPOverlapEnforcement:
 
     def validate(self) -> None:
         enforce(self, "validate")
+        if isinstance(getattr(self, "mixed_precision", None), str):  # MB's validate() reads it as an object
+            raise EPOverlapError([_VALIDATE_BEFORE_FINALIZE(self.mixed_precision)], "validate")
         super().validate()
 
 

@@ -94,4 +94,8 @@ def check_ep_overlap(
     forward_step_func: Callable | None = None,
 ) -> list[Violation]:
     """All EP-overlap violations of ``cfg`` on ``environment`` (default: this machine)."""
+    from .enable import require_config, require_target
+
+    require_config(cfg)
+    require_target(environment)
     return evaluate(cfg, environment, forward_step_func).violations

@@ -1,9 +1,12 @@
 """The GPUs a target can be described with: name as the device reports it, compute capability,
 GPUs per node, NVLink domain size, memory and SM count. Pure data (no torch import).
 
-Sources: NVIDIA datasheets / DGX and NVL72 system guides for node size and NVLink domain; the
-device names are what ``torch.cuda.get_device_properties(0).name`` reports, which MB's flex
-allow-list matches by prefix.
+Sources: GPUs per node and NVLink domain as Megatron-Bridge 0.6.2's performance scripts set them
+(``scripts/performance/argument_parser.py`` NUM_GPUS_PER_NODE_MAP: 8 for H100/B200/B300, 4 for
+GB200/GB300/VR200; ``utils/utils.py``: NVLINK_DOMAIN_SIZE 8, or 72 with MNNVL), compute capability
+from NVIDIA's CUDA documentation (sm90, sm100, sm103); the device names are what
+``torch.cuda.get_device_properties(0).name`` reports, which MB's flex allow-list matches by prefix
+(B200/B300 exactly; the others only by major version).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ GPU_CATALOG: dict[str, GPUModel] = {
         GPUModel("b300", "NVIDIA B300 SXM6 AC", 10, 3, 8, 8, 268, 148),
         GPUModel("gb200", "NVIDIA GB200", 10, 0, 4, 72, 186, 152),
         GPUModel("gb300", "NVIDIA GB300", 10, 3, 4, 72, 268, 152),
+        # Vera Rubin NVL72: compute capability 10.7 (sm_107) as Triton's and CUTLASS's Rubin support name
+        # it - not stated by MB or MCore, which only test the major version; device name unverified.
+        GPUModel("vr200", "NVIDIA VR200", 10, 7, 4, 72, 288, 160),
     )
 }
 

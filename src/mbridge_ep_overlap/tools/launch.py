@@ -82,14 +82,16 @@ class Run:
         return f"run {self.name!r} {why} after {self.seconds:.0f}s\n{self.tail()}"
 
 
-def launch_command(name: str, nproc: int, args: list[str], folder: Path, repo: Path | None = None) -> list[str]:
-    """The exact torchrun command ``launch`` runs (the wide-EP unit test dry-runs it for N = 2, 4, 8)."""
+def launch_command(name: str, nproc: int, args: list[str], folder: Path, repo: Path | None = None,
+                   script: str = "scripts/run_script.py") -> list[str]:
+    """The exact torchrun command ``launch`` runs (the wide-EP unit test dry-runs it for N = 2, 4, 8).
+    ``script`` (relative to the checkout) must accept ``--output-dir`` and ``--summary-json``."""
     repo = repo or _repo_root()
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nproc_per_node", str(nproc), "--master_port", str(29500 + (abs(hash(name)) % 1000)),
         "--log-dir", str(folder / "torchrun"), "--redirects", "3", "--tee", "3",
-        str(repo / "scripts" / "run_script.py"),
+        str(repo / script),
         *args,
         "--output-dir", str(folder), "--summary-json", str(folder / "summary.json"),
     ]
@@ -102,6 +104,7 @@ def launch(
     timeout_s: float = 420,
     env: dict | None = None,
     log_root: Path | None = None,
+    script: str = "scripts/run_script.py",
 ) -> Run:
     repo = _repo_root()
     folder = Path(log_root or LOG_ROOT) / name
@@ -110,7 +113,7 @@ def launch(
         if old.is_file():
             old.unlink()
     summary_path = folder / "summary.json"
-    cmd = launch_command(name, nproc, args, folder, repo)
+    cmd = launch_command(name, nproc, args, folder, repo, script)
     full_env = launch_environment({**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
     start = time.monotonic()
     with open(folder / "launcher.log", "w") as launcher_log:

@@ -38,7 +38,7 @@ _PREFIX = re.compile(r"^\[[a-z]*\d+\]:\s?")
 _FIELD = re.compile(r"^\s+(\w+): (.+?)\s+\(Mcore default: .*\)\s*$")
 _ITER = re.compile(
     r"iteration\s+(\d+)/\s*\d+ \|.*?elapsed time per iteration \(ms\): ([\d.]+) \|.*?"
-    r"lm loss: ([-+]?(?:\d[\d.]*(?:[eE][-+]?\d+)?|nan|inf)) \|.*?number of skipped iterations:\s+(\d+) \| number of nan iterations:\s+(\d+)"
+    r"lm loss: ([^\s|]+) \|.*?number of skipped iterations:\s+(\d+) \| number of nan iterations:\s+(\d+)"
 )
 FALLBACK = re.compile(r"Falling back to alltoall")
 SLOW_CONNECTIONS = re.compile(r"cuda-device-max-connections|CUDA_DEVICE_MAX_CONNECTIONS=1\b")
@@ -76,7 +76,11 @@ class LogReport:
         return [it["ms"] for i, it in sorted(self.iterations.items()) if i > warmup]
 
     def unhealthy(self) -> list[str]:
-        out = [f"iteration {i}: loss {it['loss']}" for i, it in sorted(self.iterations.items()) if not math.isfinite(it["loss"])]
+        if not self.iterations:
+            return [_NO_ITERATION_LINES]
+        out = [f"iteration {i}: loss {it['text']}" + (" (not a number)" if math.isnan(it["loss"]) and it["text"].lower() != "nan"
+                                                    else "")
+               for i, it in sorted(self.iterations.items()) if not math.isfinite(it["loss"])]
         last = self.iterations[max(self.iterations)] if self.iterations else None
         if last and (last["skipped"] or last["nan"]):
             out.append(f"{last['skipped']} skipped and {last['nan']} NaN iterations")
@@ -113,12 +117,20 @@ def _read_into(report: LogReport, text: str) -> None:
             report.fields.setdefault(m.group(1), m.group(2))
         if (m := _ITER.search(line)) and int(m.group(1)) not in report.iterations:
             report.iterations[int(m.group(1))] = {
-                "ms": float(m.group(2)), "loss": float(m.group(3)), "skipped": int(m.group(4)), "nan": int(m.group(5)),
+                "ms": float(m.group(2)), "loss": _number(m.group(3)), "text": m.group(3),
+                "skipped": int(m.group(4)), "nan": int(m.group(5)),
             }
         if FALLBACK.search(line) and line.strip() not in report.fallbacks:
             report.fallbacks.append(line.strip())
         if SLOW_CONNECTIONS.search(line) and line.strip() not in report.slow_paths:
             report.slow_paths.append(line.strip())
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan  # reported by unhealthy() with the text as logged
 
 
 def verdict_lines(report: LogReport, warmup: int) -> list[str]:
@@ -143,8 +155,11 @@ def verdict_lines(report: LogReport, warmup: int) -> list[str]:
         lines.append(_NO_ITERATIONS)
     else:
         lines.append(f"{len(report.iterations)} iterations, none after the {warmup} warm-up iterations: no steady window")
-    problems = report.unhealthy()
-    lines.append("losses: " + ("; ".join(problems) if problems else "finite, 0 skipped, 0 NaN"))
+    problems = [p for p in report.unhealthy() if p != _NO_ITERATION_LINES]
+    if report.iterations:
+        lines.append("losses: " + ("; ".join(problems) if problems else "finite, 0 skipped, 0 NaN"))
+    else:
+        lines.append("losses: not checked (no iteration lines)")
     for f in report.fallbacks:
         lines.append(f"SILENT FALLBACK: {f}")
     for s in report.slow_paths:

@@ -1,0 +1,248 @@
+"""Nothing bad gets past us: every bad input gets exit 1 (refused, every violation) or 2 (bad usage,
+one line), never a traceback - table-driven from the cases found by trying ~160 bad inputs, then
+fuzzed with hypothesis; and a generated sbatch script is executed with srun/sbatch stubbed to prove
+that injected text never runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mbridge_ep_overlap.tools import cli, run, slurm
+
+FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def call(main, argv, capsys):
+    """(exit code, stdout, stderr) of an entry point, SystemExit included."""
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err, (argv, out[-2000:], err[-2000:])
+    return code, out, err
+
+
+def _cases(tool: str) -> list[tuple[list[str], int, str]]:
+    """Rows of fixtures/bad_inputs.tsv for one entry point: (argv, exit code, text that must appear)."""
+    rows = []
+    for line in (Path(__file__).parent / "fixtures" / "bad_inputs.tsv").read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        entry, code, needle, argv = line.split("\t")
+        if entry == tool:
+            rows.append(([a.replace("{fixtures}", str(FIXTURES)) for a in json.loads(argv)], int(code), needle))
+    return rows
+
+
+CLI_CASES = _cases("mbridge-ep-overlap")
+RUN_CASES = _cases("run_script.py --dryrun")
+
+
+@pytest.mark.parametrize("argv,code,needle", CLI_CASES, ids=[" ".join(c[0])[:60] for c in CLI_CASES])
+def test_cli_bad_input(argv, code, needle, capsys):
+    got, out, err = call(cli.main, argv, capsys)
+    assert got == code, (got, out[-1500:], err[-1500:])
+    assert needle in out + err, (out[-1500:], err[-1500:])
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1, err
+
+
+def test_verify_log_malformed_loss_and_missing_iterations(tmp_path, capsys):
+    bad = tmp_path / "bad.log"
+    bad.write_text("iteration        3/      10 | elapsed time per iteration (ms): 100.0 | lm loss: 1.2.3 | "
+                   "number of skipped iterations:   0 | number of nan iterations:   0 |\n")
+    code, out, _ = call(cli.main, ["verify-log", str(bad)], capsys)
+    assert code == 1 and "loss 1.2.3 (not a number)" in out
+    summary_only = tmp_path / "rank0.log"
+    summary_only.write_text("\n".join(line for line in (FIXTURES / "baseline_off.log").read_text().splitlines()
+                                      if "lm loss" not in line))
+    code, out, _ = call(cli.main, ["verify-log", str(summary_only)], capsys)
+    assert code == 1 and "no iteration lines" in out and "finite" not in out
+
+
+@pytest.mark.parametrize("content", ["{not json", "{}", "[1, 2]", '[{"variant": "off"}]'])
+def test_bench_report_on_a_broken_results_file(content, tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(content)
+    code, _, err = call(cli.main, ["bench", "--report", str(tmp_path / "run"), "--out", str(tmp_path / "m")], capsys)
+    assert code == 2 and "results.json" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_report_compares_each_shape_with_its_own_baseline(tmp_path):
+    """Merging the stop-10 evidence (two throttled long-seq runs, one with FFN 1536, one NVLink run) must
+    give each row the speedup of its own run, not the last 'off' of its link."""
+    from mbridge_ep_overlap.tools.bench import report
+
+    rows = report([REPO / "docs/evidence/bench-2xh200-stop10"], tmp_path / "m", "t")
+    hiprio = [r for r in rows if r.variant == "overlap:hiprio" and r.link == "throttled"]
+    assert round(hiprio[0].speedup, 3) == 1.334 and hiprio[0].parity == "match"
+    assert all(r.parity in ("baseline", "match") for r in rows if r.ok)
+
+
+@pytest.mark.parametrize("argv,code,needle", RUN_CASES, ids=[" ".join(c[0][2:]) for c in RUN_CASES])
+def test_run_script_bad_input(argv, code, needle, tmp_path, capsys):
+    extra = [] if "--output-dir" in argv else ["--output-dir", str(tmp_path)]
+    got, out, err = call(run.main, [*argv, "--dryrun", *extra], capsys)
+    assert got == code and needle in err, (got, err[-1500:])
+    assert "config:" not in out  # nothing was printed as if it had worked
+
+
+def test_run_script_output_dir_is_checked_before_the_plan_is_printed(capsys):
+    code, out, err = call(run.main, ["--recipe", "qwen3_moe_proxy", "--dryrun", "--output-dir", "/dev/null/sub"], capsys)
+    assert code == 2 and "EP overlap plan" not in out
+
+
+# ---- the Slurm script: quoted or refused, and proven by running it with stubs ---------------------
+INJECT = "$(touch {m}) `touch {m}`; touch {m} && touch {m} | touch {m}"
+
+
+@pytest.mark.parametrize("flag", ["--partition", "--account", "--job-name", "--time", "--log-dir"])
+def test_newline_in_an_sbatch_value_is_refused(flag, capsys):
+    code, out, err = call(slurm.main, ["--recipe", "qwen3_moe_proxy", "--nodes", "1", "--gpus-per-node", "2",
+                                       flag, "batch\ntouch /tmp/x", "--dryrun"], capsys)
+    assert code == 2 and flag in err and out == ""
+
+
+def test_launch_slurm_typo_is_its_own_usage_error(capsys):
+    code, _, err = call(slurm.main, ["--recipe", "qwen3_moe_proxy", "--nodez", "1"], capsys)
+    assert code == 2 and err.startswith("launch_slurm.py: error:")
+
+
+def _stub(bindir: Path, name: str, log: Path) -> None:
+    path = bindir / name
+    path.write_text(f'#!/bin/bash\nprintf "%s\\n" "{name}" "$@" >> {log}\n'
+                    + ('echo node0\n' if name == "scontrol" else "") + 'exec "$@" 2>/dev/null || true\n'
+                    if name == "srun" else f'#!/bin/bash\nprintf "%s\\n" "{name}" "$@" >> {log}\n'
+                    + ('echo node0\n' if name == "scontrol" else ""))
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+def test_generated_job_script_never_runs_injected_text(tmp_path, capsys):
+    marker = tmp_path / "INJECTED"
+    payload = INJECT.format(m=marker)
+    workdir = tmp_path / "work dir"
+    workdir.mkdir()
+    code, script, err = call(slurm.main, [
+        "--recipe", "qwen3_moe_proxy", "--nodes", "1", "--gpus-per-node", "2", "--dryrun",
+        "--partition", f"batch {payload}", "--account", payload, "--job-name", payload,
+        "--container-image", f"img; {payload}", "--container-mounts", f"/a:/b,{payload}",
+        "--workdir", str(workdir), f"checkpoint.save='/ckpt/{payload}'"], capsys)
+    assert code == 0, err
+    bindir, calls = tmp_path / "bin", tmp_path / "calls.log"
+    bindir.mkdir()
+    for name in ("srun", "torchrun", "scontrol", "sbatch"):
+        _stub(bindir, name, calls)
+    job = tmp_path / "job.sbatch"
+    job.write_text(script)
+    result = subprocess.run(["bash", str(job)], env={"PATH": f"{bindir}:/usr/bin:/bin", "SLURM_JOB_NODELIST": "node0",
+                                                     "SLURM_NNODES": "1", "SLURM_JOB_ID": "1"},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists(), "injected text ran"
+    recorded = calls.read_text()
+    assert f"--container-image=img; {payload}" in recorded  # one argument, verbatim
+    assert f"checkpoint.save='/ckpt/{payload}'" in recorded
+
+
+# ---- property-based: random flags and overrides, the exit-code contract holds -------------------
+SIZE = st.one_of(st.integers(-3, 40), st.sampled_from(["0", "abc", "-1", "2.5", "[1,2]", "", "${x}", "None"]))
+FIELDS = ["model.tensor_model_parallel_size", "model.pipeline_model_parallel_size", "model.expert_model_parallel_size",
+          "model.num_moe_experts", "model.moe_router_topk", "model.num_layers", "model.seq_length",
+          "model.recompute_granularity", "model.recompute_modules", "model.mtp_num_layers", "train.global_batch_size",
+          "train.micro_batch_size", "mixed_precision", "model.moe_token_dispatcher_type", "env_vars.X",
+          "model.virtual_pipeline_model_parallel_size", "model", "train", "model.nope", "+model.x", "a..b", "=1"]
+OVERRIDE = st.builds(lambda k, v: f"{k}={v}", st.sampled_from(FIELDS), st.one_of(SIZE.map(str), st.text(max_size=8)))
+FLAG = st.one_of(
+    st.tuples(st.sampled_from(["--tp", "--pp", "--ep", "--vpp", "--num-gpus", "--global-batch-size",
+                               "--micro-batch-size"]), SIZE.map(str)),
+    st.tuples(st.sampled_from(["--dispatcher", "--gpu", "--te", "--resolve", "--ep-overlap", "--a2a-priority"]),
+              st.sampled_from(["alltoall", "deepep", "hybridep", "ncclep", "auto", "h100", "gb300", "none", "2.18.0",
+                               "auto", "off", "on", "high", "x"])),
+    st.tuples(st.just("--delay-wgrad"), st.sampled_from(["on", "off"])),
+)
+CONTRACT = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+                    derandomize=True)
+
+
+def _argv(flags, overrides):
+    return [a for f in flags for a in f] + list(overrides)
+
+
+@CONTRACT
+@given(flags=st.lists(FLAG, max_size=3), overrides=st.lists(OVERRIDE, max_size=3))
+def test_plan_keeps_the_exit_code_contract(flags, overrides, capsys):
+    code, _, err = call(cli.main, ["plan", *_argv(flags, overrides)], capsys)
+    assert code in (0, 1, 2)
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1, err
+
+
+@CONTRACT
+@given(flags=st.lists(FLAG, max_size=3), overrides=st.lists(OVERRIDE, max_size=3))
+def test_run_script_keeps_the_exit_code_contract(flags, overrides, tmp_path_factory, capsys):
+    out_dir = tmp_path_factory.mktemp("run")
+    code, _, err = call(run.main, ["--recipe", "qwen3_moe_proxy", *_argv(flags, overrides), "--dryrun",
+                                   "--output-dir", str(out_dir)], capsys)
+    assert code in (0, 1, 2)
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1, err
+
+
+@CONTRACT
+@given(flags=st.lists(FLAG, max_size=2), overrides=st.lists(OVERRIDE, max_size=2),
+       partition=st.sampled_from(["batch", "a b", "x;y", "$(id)", "`id`", "p\nq", ""]), nodes=st.integers(-1, 3))
+def test_launch_slurm_keeps_the_exit_code_contract(flags, overrides, partition, nodes, capsys):
+    argv = ["--recipe", "qwen3_moe_proxy", "--nodes", str(nodes), "--gpus-per-node", "2", "--partition", partition,
+            *_argv(flags, overrides), "--dryrun"]
+    code, out, err = call(slurm.main, argv, capsys)
+    assert code in (0, 1, 2)
+    if code == 0:
+        assert "\n" not in partition and out.startswith("#!/bin/bash\n")
+
+
+LOG_LINE = st.builds(
+    lambda it, ms, loss, sk, nan: (f"iteration {it:8d}/      10 | elapsed time per iteration (ms): {ms} | lm loss: {loss} | "
+                                   f"number of skipped iterations: {sk} | number of nan iterations: {nan} |"),
+    st.integers(0, 20), st.sampled_from(["100.0", "1e3", "5"]), st.sampled_from(["1.0", "1.2.3", "nan", "inf", "-2", "x"]),
+    st.integers(0, 2), st.integers(0, 2))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], derandomize=True)
+@given(lines=st.lists(st.one_of(LOG_LINE, st.text(max_size=40)), max_size=12), two=st.booleans())
+def test_verify_log_keeps_the_exit_code_contract(lines, two, tmp_path_factory, capsys):
+    folder = tmp_path_factory.mktemp("logs")
+    a = folder / "a.log"
+    a.write_text("\n".join(lines))
+    code, _, _ = call(cli.main, ["verify-log", str(a), *([str(FIXTURES / "baseline_off.log")] if two else [])], capsys)
+    assert code in (0, 1, 2)
+
+
+def test_the_api_refuses_what_is_not_a_config_or_a_target(proxy_cfg):
+    from mbridge_ep_overlap import UsageError, check_ep_overlap, describe, enable_ep_overlap
+
+    for bad in (None, {}, proxy_cfg.model):
+        with pytest.raises(UsageError, match="ConfigContainer"):
+            enable_ep_overlap(bad)
+    with pytest.raises(UsageError, match="ConfigContainer"):
+        check_ep_overlap({})
+    with pytest.raises(UsageError, match="ClusterEnvironment"):
+        enable_ep_overlap(proxy_cfg, environment="h100")
+    with pytest.raises(UsageError, match="GPU"):
+        describe(None, 8)
+    with pytest.raises(UsageError, match="number of GPUs"):
+        describe("h100", True)
+    with pytest.raises(UsageError, match="cuda_device_max_connections"):
+        enable_ep_overlap(proxy_cfg, cuda_device_max_connections=True)
+    proxy_cfg.env_vars = None  # a recipe may leave it None: enable creates the dict
+    enable_ep_overlap(proxy_cfg, environment=describe("h200", 2, te_version=""))
+    assert proxy_cfg.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
