@@ -247,8 +247,8 @@ CASES = [
     Case("expert-world-divisible", chain(m(expert_model_parallel_size=16), lambda cfg: setattr(cfg.train, "global_batch_size", 96)),
          env={"num_gpus": 24}),
     Case("global-batch-divisible", lambda cfg: setattr(cfg.train, "global_batch_size", 2 * BASE_WORLD * 2 + 2)),
-    Case("small-ep-alltoall", m(expert_model_parallel_size=4), env={"num_gpus": 4}),
-    Case("small-ep-deepep", chain(flex("deepep"), m(expert_model_parallel_size=8)), env={"num_gpus": 8}),
+    Case("predicted-gain-alltoall", m(expert_model_parallel_size=4), env={"num_gpus": 4}),
+    Case("predicted-gain-deepep", chain(flex("deepep"), m(expert_model_parallel_size=8)), env={"num_gpus": 8}),
 ]
 
 

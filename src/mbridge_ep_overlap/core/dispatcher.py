@@ -109,9 +109,34 @@ def current_dispatcher(model) -> str | None:
     return "alltoall" if kind == "alltoall" else None
 
 
-def _auto(target, ep: int) -> Decision:
+def _auto(target, ep: int, model=None) -> Decision:
     if not target.has_gpu:
         return Decision("alltoall", "auto: GPU unknown, alltoall is the dispatcher every GPU supports")
+    # Rank by the step-time model (predict.config) among the backends that can run and are installed,
+    # when the model's shape is known and the GPU kind is modelled; else the rules below. A flex
+    # backend wins only when it is predicted more than the model's error (CLEAR_MARGIN) faster than
+    # alltoall, so auto never picks what the predicted-gain advice would advise against.
+    from types import SimpleNamespace
+
+    from ..predict.config import CLEAR_MARGIN, CannotPredict, for_config, secs, step_s
+
+    usable = [d for d in ("alltoall", "deepep", "hybridep")
+              if not problems(d, target) and availability(d, target) is True]
+    if model is not None and len(usable) > 1:
+        assume = {"micro_batch_size": 1, "num_microbatches": 8}  # the batch is not in the model
+        try:
+            ranked = for_config(SimpleNamespace(model=model), target, dispatcher="alltoall",
+                                assume=assume).predicted(usable)
+        except CannotPredict:
+            ranked = []
+        if ranked:
+            best, steps = ranked[0][0], dict(ranked)
+            if best != "alltoall" and step_s(steps["alltoall"]) <= step_s(steps[best]) * (1 + CLEAR_MARGIN):
+                best = "alltoall"  # within the model's error: the dispatcher every GPU supports
+            listed = ", ".join(f"{d} {secs(step_s(p))}" for d, p in ranked)
+            return Decision(best, f"auto: predicted step on {target.world_size}x {target.gpu_name}: {listed}; a flex "
+                            f"backend only when > {CLEAR_MARGIN:.0%} faster than alltoall (step-time model, MBS 1 and "
+                            "8 microbatches assumed; docs/prediction.md)")
     major, name = target.compute_capability[0], target.gpu_name or ""
     if (target.nvlink_domain_size or 8) > 8 and supports_gpu("hybridep", name, major):
         if availability("hybridep", target):
@@ -139,7 +164,7 @@ def decide(requested: str | None, model, target, resolve: str, keep_current: boo
         decision = Decision(kept, "kept: the recipe's") if kept else Decision("alltoall", "default")
     else:
         validate_name(requested)
-        decision = _auto(target, ep) if requested == "auto" else Decision(requested, "requested")
+        decision = _auto(target, ep, model) if requested == "auto" else Decision(requested, "requested")
     if resolve == "auto" and decision.dispatcher != "alltoall":
         why = [p for p in problems(decision.dispatcher, target) if "allow-list" not in p]
         if why:  # the allow-list fallback is MB's own, seen by `apply`

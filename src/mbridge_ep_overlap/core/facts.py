@@ -199,3 +199,15 @@ class Facts:
         if self.env.te_version is None:
             return None
         return bool(self.env.te_version)
+
+    @cached_property
+    def prediction(self):
+        """The predicted step time of this config on the target (``predict.config.ConfigPrediction``),
+        made at most once per evaluation; None when it cannot be made (GPU or world size unknown, a
+        GPU kind without a hardware model, a config or dispatcher the model does not cover)."""
+        from ..predict.config import CannotPredict, for_config
+
+        try:
+            return for_config(self.cfg, self.env, precision=self.precision)
+        except (CannotPredict, ValueError, TypeError, KeyError, AttributeError):  # precision unreadable too
+            return None

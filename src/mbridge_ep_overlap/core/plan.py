@@ -89,7 +89,8 @@ class OverlapPlan:
             lines += [f"  env {k}={v}  (set in cfg.env_vars)" for k, v in self.env_vars.items()]
             lines += [f"  env {k}={v}  (kept: already set by you)" for k, v in self.env_vars_kept.items()]
         for w in self.warnings:
-            lines.append(f"  {w.severity.value.upper()}: {w.rule_id}: {w.message}. Fix: {w.fix}")
+            lines.append(f"  {w.severity.value.upper()}: {w.rule_id}: {w.message} ({w.field} = {w.current!r}). "
+                         f"Fix: {w.fix}")
         for n in self.notes:
             lines.append(f"  NOTE: {n}")
         if self.not_checked:

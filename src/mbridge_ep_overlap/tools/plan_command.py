@@ -2,9 +2,12 @@
 
 Contract: the flags map onto a ``RunSpec`` (``tools.flags``); ``build`` configures EP overlap and
 evaluates the rule table once; MB's real ``runtime_config_update`` then finalizes the config with
-only the target's hardware and version gates simulated. Output: the plan, the finalized fields and
-every rule's status (or all of it as JSON with ``--json``: stdout then carries the JSON alone,
-Megatron's log lines go to stderr). Exit 0 when accepted, 1 when refused (every violation
+only the target's hardware and version gates simulated. Output: the plan, the finalized fields,
+every rule's status and - with ``--predict``, the default when the target spans more than one node
+- the predicted step time with overlap off and on for the finalized config (``predict.config``;
+which inputs were defaults is said), or all of it as JSON with ``--json`` (``"prediction"``: the
+prediction, ``{"error": why}`` when none can be made, null when not asked; stdout then carries the
+JSON alone, Megatron's log lines go to stderr). Exit 0 when accepted, 1 when refused (every violation
 printed), 2 for bad usage. Works on a CPU machine without TE or hub access.
 """
 
@@ -25,6 +28,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("plan", help="plan and finalize a recipe with EP overlap for a described cluster")
     add_spec_arguments(p, recipe_default=DEFAULT_RECIPE)
     p.add_argument("--json", action="store_true", help="everything as one JSON document on stdout")
+    p.add_argument("--predict", action=argparse.BooleanOptionalAction, default=None,
+                   help="predicted step time with overlap off and on (docs/prediction.md); "
+                        "default: on when the target has more than one node")
     p.set_defaults(handler=main)
 
 
@@ -48,9 +54,24 @@ def _collect(args: argparse.Namespace) -> tuple[int, dict[str, Any], list[str]]:
     lines += [f"  {line}" for line in result.lines()]
     width = max(len(r[0]) for r in rows)
     lines += ["", "rules:"] + [f"  {rule_id:{width}s}  {status:11s}  {detail}" for rule_id, status, detail in rows]
+    out["prediction"] = None
+    if args.predict if args.predict is not None else (built.target.num_nodes or 1) > 1:
+        out["prediction"], more = _prediction(built)
+        lines += ["", *more]
     state = "ACCEPTED with EP overlap on" if built.plan else "ACCEPTED with EP overlap off"
     lines.append(f"\n{spec.recipe} on {built.target.source}: {state}")
     return 0, out, lines
+
+
+def _prediction(built) -> tuple[dict[str, Any], list[str]]:
+    """The step-time prediction of the finalized config on the target: (JSON object, lines)."""
+    from ..predict.config import CannotPredict, for_config
+
+    try:
+        cp = for_config(built.cfg, built.target)
+    except CannotPredict as e:
+        return {"error": e.reason}, [f"predicted step time: not made ({e.reason})"]
+    return cp.to_dict(), ["predicted step time (step-time model, docs/prediction.md):", *cp.lines()]
 
 
 def main(args: argparse.Namespace) -> int:

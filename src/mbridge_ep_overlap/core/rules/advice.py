@@ -1,8 +1,19 @@
-"""Advice (family "environment and advice"): measured reasons to reconsider a configuration that
-is valid but unlikely to gain. Never refused; printed with the plan."""
+"""Advice (family "environment and advice"): reasons to reconsider a configuration that is valid
+but predicted to gain little. Never refused; printed with the plan.
+
+Both rules read the step-time prediction (``Facts.prediction``, ``predict.config``; method and
+validation in docs/prediction.md): they advise when EP overlap with the config's dispatcher is
+predicted below ``MIN_GAIN`` (1.03x) on this target, or when another dispatcher that can run there
+is predicted more than ``CLEAR_MARGIN`` (10%, the model's stated accuracy) faster. Where no
+prediction can be made (GPU or world size unknown, a GPU kind without a hardware model, a config
+the model does not cover) they are "not checked".
+"""
 
 from __future__ import annotations
 
+from typing import Callable
+
+from ...predict.config import CLEAR_MARGIN, MIN_GAIN, clearly_faster, little_gain
 from .. import dispatcher
 from ..errors import Severity
 from ..facts import Facts
@@ -10,31 +21,52 @@ from .base import Family, When, rule
 
 family = rule.family(Family.ENVIRONMENT)
 
+_MODELLED = ("alltoall", "deepep", "hybridep")
+_REQUIRED = (f"overlap predicted >= {MIN_GAIN}x on the target and no dispatcher that can run there predicted "
+             f"> {CLEAR_MARGIN:.0%} faster")
 
-@family("small-ep-alltoall", When.OVERLAP, "model.expert_model_parallel_size", severity=Severity.ADVICE,
-        required="EP > 4, or more than 2 nodes, or a flex dispatcher")
-def small_ep_alltoall(f: Facts) -> bool:
-    """with EP <= 4 over alltoall on <= 2 nodes the all-to-all is cheap; on 2x H200 NVLink overlap
-    measured 0.88-1.02x of overlap off (raw MCore probe and docs/benchmarks.md), at best +2%.
 
-    Fix: benchmark before keeping it (mbridge-ep-overlap bench); MB docs advise against overlap
-    here.
+def _verdict(f: Facts) -> str | None:
+    """The advice text with the predicted numbers, None when there is nothing to advise."""
+    cp = f.prediction
+    own = cp.prediction.dispatcher
+    usable = [d for d in _MODELLED if d != own and not dispatcher.problems(d, f.env)]
+    parts = [little_gain(cp), clearly_faster(cp, usable)]
+    faster = cp.predicted(usable)[:1]
+    if parts[1] and faster and dispatcher.availability(faster[0][0], f.env) is None:
+        parts[1] += f" - {faster[0][0]} is not known to be installed there"
+    text = "; ".join(p for p in parts if p)
+    return text or None
+
+
+def _for(name: str) -> Callable[[Facts], bool]:
+    return lambda f: f.dispatcher_name != name or f.prediction is not None
+
+
+@family("predicted-gain-alltoall", When.OVERLAP, "model.moe_token_dispatcher_type", severity=Severity.ADVICE,
+        required=_REQUIRED, needs=_for("alltoall"), current=_verdict)
+def predicted_gain_alltoall(f: Facts) -> bool:
+    """EP overlap with alltoall is predicted to gain little on this target, or another dispatcher is
+    predicted clearly faster there (step-time model, docs/prediction.md; measured on 2x H200 NVLink
+    at EP 2: 0.88-1.02x of overlap off).
+
+    Fix: benchmark before keeping it (mbridge-ep-overlap bench), or turn overlap off, or use the
+    faster dispatcher (dispatcher='auto' ranks the installed ones by the prediction).
     """
-    return (f.dispatcher != "alltoall" or (f.model("expert_model_parallel_size") or 1) > 4
-        or (f.env.num_nodes or 1) > 2)
+    return f.dispatcher_name != "alltoall" or _verdict(f) is None
 
 
-@family("small-ep-deepep", When.OVERLAP_FLEX, "model.expert_model_parallel_size", severity=Severity.ADVICE,
-        required=f"EP >= {dispatcher.DEEPEP_MIN_EP} for 'deepep' (where "
-                "DeepEP pays), else dispatcher='alltoall'")
-def small_ep_deepep(f: Facts) -> bool:
-    """at small EP DeepEP measured slower than alltoall; on 2x H200 (EP 2, NVLink) overlap with
-    DeepEP ran at 0.75-0.90x of overlap off, 9-45% of its dispatch/combine hidden.
+@family("predicted-gain-deepep", When.OVERLAP_FLEX, "model.moe_flex_dispatcher_backend", severity=Severity.ADVICE,
+        required=_REQUIRED, needs=_for("deepep"), current=_verdict)
+def predicted_gain_deepep(f: Facts) -> bool:
+    """EP overlap with DeepEP is predicted to gain little on this target, or another dispatcher is
+    predicted clearly faster there (step-time model, docs/prediction.md; measured on 2x H200 at EP 2:
+    0.75-0.90x of overlap off, its dispatch makes the CPU wait for the GPU).
 
-    Fix: use dispatcher='alltoall' (or 'auto') below EP 16, or benchmark it (mbridge-ep-overlap
-    bench --variants off,deepep).
+    Fix: use the faster dispatcher (dispatcher='auto' ranks the installed ones by the prediction),
+    or benchmark it (mbridge-ep-overlap bench --variants off,deepep).
     """
-    return f.flex_backend != "deepep" or (f.model("expert_model_parallel_size") or 1) >= dispatcher.DEEPEP_MIN_EP
+    return f.flex_backend != "deepep" or _verdict(f) is None
 
 
 RULES = family.rules

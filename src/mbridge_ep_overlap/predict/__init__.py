@@ -1,0 +1,27 @@
+"""Step-time model for EP overlap: predicted step time with overlap off and on, before any run.
+
+Contract
+--------
+Public API (stdlib only - importing this package never imports torch, megatron or numpy; inside
+this project it reads ``core.sizes`` and ``target.gpus``, plain arithmetic and data):
+
+    StepInputs, Cluster, LinkSpec                      (inputs)   what is predicted for where
+    predict(inputs, cluster, calibration=None)          (model)    -> Prediction
+    rank_dispatchers(inputs, cluster, calibration=None) (model)    -> [(dispatcher, Prediction | NotModelled)]
+    Calibration, default_calibration()                  (costs)    the fitted constants (calibration.json)
+    fit(rows, calibration_ids), load_rows(paths)        (calibrate) re-fit from bench results.json
+    inputs.from_config(cfg, world_size)                 (inputs)   StepInputs of a Megatron-Bridge config
+    config.for_config(cfg, target)                      (config)   -> ConfigPrediction for a ClusterEnvironment
+                                                                   (plan --predict, the advice rules, auto)
+
+Method, defaults with sources, calibration and validation: docs/prediction.md.
+"""
+
+from .costs import Calibration, default_calibration
+from .inputs import Cluster, LinkSpec, StepInputs
+from .model import NotModelled, Prediction, predict, rank_dispatchers
+
+__all__ = [
+    "StepInputs", "Cluster", "LinkSpec", "Calibration", "default_calibration",
+    "Prediction", "NotModelled", "predict", "rank_dispatchers",
+]

@@ -1,0 +1,377 @@
+"""What the step-time model reads: the finalized training shape and the target cluster.
+
+Contract
+--------
+* ``StepInputs`` - one finalized configuration, everything per *model replica* (the model's
+  shape, the parallel sizes, the microbatches per step, the dispatcher). Frozen, keyword-only.
+  ``StepInputs.from_summary(summary)`` builds it from a flat dict whose keys are Megatron /
+  Megatron-Bridge field names (``hidden_size``, ``expert_model_parallel_size``,
+  ``moe_token_dispatcher_type`` ...: what ``finalize`` writes into a run summary and what the
+  bench ``results.json`` rows carry under ``finalized``). A missing field takes the default listed
+  in ``FIELD_DEFAULTS`` (or a value guessed from other fields) and its name is recorded in
+  ``defaults_used``, so a prediction always says what it assumed. DP and the microbatches per
+  step come from the summary, else from ``core.sizes`` (DP = world size / (TP x PP x CP),
+  microbatches = GBS / (MBS x DP)); an exact derivation is not a default.
+* ``from_config(cfg, world_size)`` - the same for a Megatron-Bridge ``ConfigContainer``, finalized
+  or not: it reads the same field names from ``cfg.model`` / ``cfg.train`` / ``cfg.ddp`` and hands
+  them to ``from_summary`` (one mapping for both).
+* ``Cluster`` - the target machine: GPU kind (a key of ``hardware.json``), number of GPUs, GPUs
+  per node and NVLink-domain size (``None``: the GPU kind's default), and optional ``LinkSpec``
+  overrides for the link inside the NVLink domain and the link between domains.
+
+Nothing here imports anything outside the standard library (``core.sizes`` is plain arithmetic).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping
+
+from ..core import sizes
+
+DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep")
+TRANSFORMER_IMPLS = ("transformer_engine", "local")
+
+# Defaults for fields a summary may lack. Sources: Megatron-Core 0.19.2 TransformerConfig /
+# ModelParallelConfig defaults (num_query_groups = heads, kv_channels = hidden / heads, parallel
+# sizes 1) and Megatron-Bridge's recipe defaults (bf16, TE layers, overlap_grad_reduce=True in
+# recipes/common.py). Shape fields without a sensible default (hidden_size, seq_length ...) are
+# required.
+FIELD_DEFAULTS: dict[str, Any] = {
+    "num_layers": 4,  # the bench proxy recipe's depth (hf_configs/...qwen3-moe-proxy)
+    "num_query_groups": None,  # -> num_attention_heads (MHA)
+    "kv_channels": None,  # -> hidden_size // num_attention_heads
+    "moe_shared_expert_intermediate_size": None,
+    "ffn_hidden_size": None,  # -> 4 * hidden_size, only used by dense layers
+    "num_dense_layers": 0,
+    "vocab_size": 32768,  # the proxy recipe's vocabulary
+    "mtp_num_layers": 0,
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "virtual_pipeline_model_parallel_size": None,
+    "context_parallel_size": 1,
+    "expert_tensor_parallel_size": 1,
+    "bytes_per_element": 2,  # bf16
+    "dispatcher": "alltoall",
+    "transformer_impl": "transformer_engine",
+    "high_priority_a2a_comm_stream": False,
+    "recompute": False,
+    "overlap_grad_reduce": True,
+}
+
+# Fields whose None is Megatron-Core's own setting (no VPP, no shared expert, no MTP, MHA,
+# hidden / heads, 4 x hidden): present as None in a summary or config, they are not a default.
+NONE_IS_A_VALUE = frozenset({
+    "virtual_pipeline_model_parallel_size", "moe_shared_expert_intermediate_size", "mtp_num_layers",
+    "num_query_groups", "kv_channels", "ffn_hidden_size",
+})
+
+
+def _parse_layer_pattern(text: str) -> list[int] | int | None:
+    """``"([0]*3+[1]*58)"`` -> [0, 0, 0, 1, ...]; ``"1"`` -> 1; anything else -> None (no eval)."""
+    t = text.strip().strip("()").replace(" ", "")
+    if t.isdigit():
+        return int(t)
+    out: list[int] = []
+    for term in t.split("+"):
+        m = re.fullmatch(r"\[([\d,]+)\](?:\*(\d+))?", term)
+        if not m:
+            return None
+        out += [int(x) for x in m.group(1).split(",")] * int(m.group(2) or 1)
+    return out
+
+
+def _batch_layout(s: Mapping[str, Any], num_gpus: int | None, tp: int, pp: int, cp: int, mbs: int,
+                  used: list[str]) -> tuple[int, int]:
+    """(DP, microbatches per step): the summary's own values, else derived with ``core.sizes`` (the one
+    owner of derived sizes: DP = world / (TP x PP x CP), microbatches = GBS / (MBS x DP)). An exact
+    derivation is not a default; a guess (no world size) is recorded in ``used``."""
+    dp, nmb, gbs = s.get("data_parallel_size"), s.get("num_microbatches"), s.get("global_batch_size")
+    if dp is None and num_gpus is not None:
+        dp = sizes.data_parallel_size(num_gpus, tp, pp, cp)
+        if dp is None:
+            raise ValueError(f"world size {num_gpus} is not divisible by TP x PP x CP = {tp * pp * cp}")
+    elif dp is None:
+        dp = max(1, int(gbs) // (int(nmb) * mbs)) if nmb is not None and gbs is not None else 1
+        used.append("data_parallel_size")
+    if nmb is None:
+        if gbs is None:
+            raise KeyError("summary lacks both num_microbatches and global_batch_size")
+        nmb = sizes.num_microbatches(gbs, mbs, dp)
+        if nmb is None:
+            raise ValueError(f"global_batch_size {gbs} is not divisible by micro_batch_size x DP = {mbs * int(dp)}")
+    return int(dp), int(nmb)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkSpec:
+    """One link class as the all-to-all sees it: per-GPU, per-direction bandwidth (GB/s, 1e9 B),
+    a fixed latency per all-to-all call (s), the fraction by which compute kernels slow down
+    while a transfer on this link runs beside them (``contention``) and the fraction by which
+    the transfer slows down while compute runs beside it (``comm_slowdown``); 0 = none."""
+
+    name: str
+    bandwidth_GBps: float
+    latency_s: float
+    contention: float = 0.0
+    comm_slowdown: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    """Target machine. ``None`` fields take the GPU kind's defaults from ``hardware.json``."""
+
+    gpu: str = "h100"
+    num_gpus: int
+    gpus_per_node: int | None = None
+    nvlink_domain_size: int | None = None
+    intra_link: LinkSpec | None = None  # inside the NVLink domain (default: NVLink of the GPU kind)
+    inter_link: LinkSpec | None = None  # across domains (default: the GPU kind's NIC, IB/RoCE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepInputs:
+    """One finalized training configuration (per model replica), as the model needs it."""
+
+    # model shape
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    kv_channels: int
+    seq_length: int
+    micro_batch_size: int
+    num_moe_experts: int
+    moe_router_topk: int
+    moe_ffn_hidden_size: int
+    moe_shared_expert_intermediate_size: int | None = None
+    ffn_hidden_size: int | None = None
+    num_dense_layers: int = 0
+    vocab_size: int = 32768
+    mtp_num_layers: int = 0
+    # multi-latent attention (DeepSeek); None = standard attention
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_head_dim: int | None = None
+    qk_pos_emb_head_dim: int | None = None
+    v_head_dim: int | None = None
+    # parallel sizes
+    tp: int = 1
+    pp: int = 1
+    vpp: int | None = None
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    dp: int = 1
+    num_microbatches: int = 1
+    # numerics and implementation
+    bytes_per_element: int = 2
+    dispatcher: str = "alltoall"
+    transformer_impl: str = "transformer_engine"
+    attention_mask_in_batch: bool = False  # a dense [s, s] mask travels with every microbatch
+    high_priority_a2a: bool = False
+    recompute: bool = False  # full activation recompute
+    overlap_grad_reduce: bool = True
+    defaults_used: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if self.dispatcher not in DISPATCHERS:
+            raise ValueError(f"dispatcher {self.dispatcher!r}: one of {DISPATCHERS}")
+        if self.transformer_impl not in TRANSFORMER_IMPLS:
+            raise ValueError(f"transformer_impl {self.transformer_impl!r}: one of {TRANSFORMER_IMPLS}")
+        for name in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "micro_batch_size",
+                     "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "tp", "pp", "cp", "ep",
+                     "etp", "dp", "num_microbatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_dense_layers > self.num_layers:
+            raise ValueError("num_dense_layers > num_layers")
+        if self.num_moe_experts % self.ep:
+            raise ValueError(f"num_moe_experts {self.num_moe_experts} not divisible by ep {self.ep}")
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def multi_latent_attention(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers
+
+    @property
+    def tokens_per_gpu(self) -> float:
+        """Tokens of one microbatch that one GPU carries through norms, router and dispatch."""
+        return self.micro_batch_size * self.seq_length / (self.cp * self.tp)
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    def with_(self, **changes: Any) -> "StepInputs":
+        """A copy with some fields changed (``dataclasses.replace``)."""
+        return replace(self, **changes)
+
+    # -- construction from a finalized-config summary --------------------------------------
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any], *, num_gpus: int | None = None) -> "StepInputs":
+        """Build from a flat dict of finalized field names (see the module docstring).
+
+        ``num_gpus`` (the world size) gives DP when the summary lacks ``data_parallel_size``.
+        Every field that fell back to a default (or a guess) is listed in ``defaults_used``.
+        """
+        s = dict(summary)
+        used: list[str] = []
+
+        def get(key: str, *aliases: str, required: bool = False, default: Any = "__table__") -> Any:
+            for k in (key, *aliases):
+                if s.get(k) is not None:
+                    return s[k]
+            if required:
+                raise KeyError(f"summary lacks {key!r} (no default: it decides the model's shape)")
+            if not (key in NONE_IS_A_VALUE and any(k in s for k in (key, *aliases))):
+                used.append(key)  # absent (a None of NONE_IS_A_VALUE is the config's own choice)
+            return FIELD_DEFAULTS.get(key) if default == "__table__" else default
+
+        hidden = int(get("hidden_size", required=True))
+        heads = int(get("num_attention_heads", required=True))
+        num_layers = int(get("num_layers"))
+        groups = get("num_query_groups", "num_key_value_heads")
+        groups = heads if groups is None else int(groups)
+        kv = get("kv_channels", "head_dim")
+        kv = hidden // heads if kv is None else int(kv)
+        ffn = get("ffn_hidden_size")
+        ffn = None if ffn is None else int(ffn)
+
+        dense = s.get("num_dense_layers")
+        if dense is None:
+            freq = s.get("moe_layer_freq")
+            if isinstance(freq, str):  # Megatron-LM's pattern string, e.g. "([0]*3+[1]*58)"
+                freq = _parse_layer_pattern(freq)
+            if isinstance(freq, (list, tuple)):
+                dense = sum(1 for x in freq if not x)
+            elif isinstance(freq, int) and freq > 1:
+                dense = num_layers - math.ceil(num_layers / freq)
+            else:
+                dense = 0
+                if freq is None:
+                    used.append("num_dense_layers")
+
+        tp = int(get("tensor_model_parallel_size"))
+        pp = int(get("pipeline_model_parallel_size"))
+        vpp = get("virtual_pipeline_model_parallel_size")
+        vpp = None if vpp in (None, 1) else int(vpp)
+        cp = int(get("context_parallel_size"))
+        ep = int(get("expert_model_parallel_size", required=True))
+        etp = int(get("expert_tensor_parallel_size"))
+        mbs = int(get("micro_batch_size", required=True))
+        dp, nmb = _batch_layout(s, num_gpus, tp, pp, cp, mbs, used)
+
+        dispatcher = s.get("dispatcher")
+        if dispatcher is None:
+            kind = s.get("moe_token_dispatcher_type")
+            if kind == "flex":
+                dispatcher = s.get("moe_flex_dispatcher_backend") or "deepep"
+            elif kind in (None, "alltoall"):
+                dispatcher = "alltoall"
+                if kind is None:
+                    used.append("dispatcher")
+            else:  # allgather: no all-to-all to hide; modelled as alltoall volume (documented)
+                dispatcher = "alltoall"
+                used.append("dispatcher")
+        if s.get("bf16") is False and s.get("fp16") is not True:
+            nbytes = 4
+        else:
+            nbytes = int(s.get("bytes_per_element") or 2)
+            if s.get("bf16") is None and s.get("fp16") is None and s.get("bytes_per_element") is None:
+                used.append("bytes_per_element")
+        impl = get("transformer_impl")
+        mask = s.get("attention_mask_in_batch")
+        if mask is None:
+            mask = impl == "local"  # the local (unfused) attention path consumes a dense mask
+            used.append("attention_mask_in_batch")
+        recompute = s.get("recompute")
+        if recompute is None:
+            recompute = s.get("recompute_granularity") == "full"
+
+        return cls(
+            num_layers=num_layers, hidden_size=hidden, num_attention_heads=heads, num_query_groups=groups,
+            kv_channels=kv, seq_length=int(get("seq_length", required=True)), micro_batch_size=mbs,
+            num_moe_experts=int(get("num_moe_experts", required=True)),
+            moe_router_topk=int(get("moe_router_topk", required=True)),
+            moe_ffn_hidden_size=int(get("moe_ffn_hidden_size", required=True)),
+            moe_shared_expert_intermediate_size=get("moe_shared_expert_intermediate_size"),
+            ffn_hidden_size=ffn, num_dense_layers=int(dense),
+            vocab_size=int(get("vocab_size", "padded_vocab_size")),
+            mtp_num_layers=int(get("mtp_num_layers") or 0),
+            q_lora_rank=s.get("q_lora_rank"), kv_lora_rank=s.get("kv_lora_rank"),
+            qk_head_dim=s.get("qk_head_dim"), qk_pos_emb_head_dim=s.get("qk_pos_emb_head_dim"),
+            v_head_dim=s.get("v_head_dim"),
+            tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, num_microbatches=nmb,
+            bytes_per_element=nbytes, dispatcher=str(dispatcher), transformer_impl=str(impl),
+            attention_mask_in_batch=bool(mask),
+            high_priority_a2a=bool(get("high_priority_a2a_comm_stream")),
+            recompute=bool(recompute), overlap_grad_reduce=bool(get("overlap_grad_reduce")),
+            defaults_used=tuple(dict.fromkeys(used)),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# Field names ``from_config`` reads from ``cfg.model`` (the summary keys ``from_summary`` maps).
+MODEL_FIELDS = (
+    "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels", "ffn_hidden_size",
+    "moe_layer_freq", "seq_length", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size", "vocab_size", "mtp_num_layers", "q_lora_rank", "kv_lora_rank",
+    "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "tensor_model_parallel_size",
+    "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size", "context_parallel_size",
+    "expert_model_parallel_size", "expert_tensor_parallel_size", "moe_token_dispatcher_type",
+    "moe_flex_dispatcher_backend", "transformer_impl", "high_priority_a2a_comm_stream", "recompute_granularity",
+)
+TRAIN_FIELDS = ("micro_batch_size", "global_batch_size")
+
+
+def from_config(cfg: Any, world_size: int | None, *, precision: str | None = None, dispatcher: str | None = None,
+                assume: Mapping[str, Any] | None = None) -> StepInputs:
+    """``StepInputs`` of a Megatron-Bridge ``ConfigContainer`` (finalized or not) on ``world_size`` GPUs.
+
+    Reads ``MODEL_FIELDS`` from ``cfg.model``, ``TRAIN_FIELDS`` from ``cfg.train`` (absent: only
+    the model is known), ``overlap_grad_reduce`` from ``cfg.ddp`` and whether the batch carries a
+    dense attention mask from ``cfg.dataset.create_attention_mask``, and maps them with
+    ``StepInputs.from_summary``; DP is derived from ``world_size`` (never read from the config,
+    which only has it after finalize). ``precision`` ("bf16", "fp16", "fp32"): as the caller
+    resolved it (``Facts.precision``); None: read from ``cfg.mixed_precision`` or the model's
+    flags, bf16 assumed (and recorded) when neither says. ``dispatcher``: predict for this one
+    instead of the config's. ``assume``: values for fields the config lacks (recorded in
+    ``defaults_used``)."""
+    model = cfg.model
+    s: dict[str, Any] = {name: getattr(model, name, None) for name in MODEL_FIELDS}
+    train = getattr(cfg, "train", None)
+    s.update({name: getattr(train, name, None) for name in TRAIN_FIELDS})
+    s["overlap_grad_reduce"] = getattr(getattr(cfg, "ddp", None), "overlap_grad_reduce", None)
+    # MB's batch carries a dense [s, s] mask when the dataset creates one (training/utils/batch_utils.py)
+    s["attention_mask_in_batch"] = getattr(getattr(cfg, "dataset", None), "create_attention_mask", None)
+    precision = precision or _precision(cfg)
+    s["bf16"], s["fp16"] = (precision == "bf16", precision == "fp16") if precision else (None, None)
+    if dispatcher is not None:
+        s["dispatcher"] = dispatcher
+    assumed = [k for k in (assume or {}) if s.get(k) is None]
+    s.update({k: assume[k] for k in assumed})  # type: ignore[index]
+    inputs = StepInputs.from_summary(s, num_gpus=world_size)
+    return replace(inputs, defaults_used=tuple(dict.fromkeys((*inputs.defaults_used, *assumed))))
+
+
+def _precision(cfg: Any) -> str | None:
+    """bf16 / fp16 from ``cfg.mixed_precision`` (a recipe name or a config) or the model's flags;
+    None when nothing says (MB applies mixed precision at finalize)."""
+    mp = getattr(cfg, "mixed_precision", None)
+    if isinstance(mp, str):
+        return "bf16" if "bf16" in mp else "fp16" if "fp16" in mp else None
+    for source in (mp, cfg.model):
+        if getattr(source, "bf16", False):
+            return "bf16"
+        if getattr(source, "fp16", False):
+            return "fp16"
+    return None
