@@ -13,6 +13,10 @@ from mbridge_ep_overlap.spec import RecipeEntry
 _ROWS = (  # name, module:function, GPU, GPUs, dispatcher, summary
     ("qwen3_moe_proxy", "proxy:qwen3_moe_proxy", "h200", 2, "alltoall",
      "Small Qwen3-MoE proxy, 2x H200, EP=2, alltoall (default recipe; runs without TE)"),
+    ("qwen3_moe_proxy_te", "proxy:qwen3_moe_proxy_te", "h200", 2, "alltoall",
+     "The proxy on Transformer Engine layers (TE attention, grouped-GEMM experts, fusions); needs TE"),
+    ("qwen3_moe_proxy_packed", "packed:qwen3_moe_proxy_packed", "h200", 2, "alltoall",
+     "The TE proxy on packed (THD) sequences from a synthetic packed dataset; needs TE"),
     ("qwen3_30b_a3b", "qwen3:qwen3_30b_a3b", "h100", 16, "alltoall",
      "Qwen3-30B-A3B pretrain, 16x H100, TP1 PP1 EP16, alltoall + EP overlap"),
     ("qwen3_30b_a3b_hybridep", "qwen3:qwen3_30b_a3b_hybridep", "h100", 16, "hybridep",

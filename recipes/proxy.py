@@ -10,6 +10,12 @@ Changes relative to MB's ``_pretrain_common()`` and why:
 * GBS 16 / MBS 2 on 2 GPUs (DP=2): 4 microbatches per step, enough for combined-1F1B to overlap;
 * plain Adam path (no precision-aware optimizer): TE's FusedAdam is not required;
 * no checkpoint writes, no evaluation, log every iteration: short functional runs.
+
+``qwen3_moe_proxy_te`` is the same proxy (shape, data, optimizer, sizes, seed) on Transformer Engine
+layers, set up the way Megatron-Bridge 0.6.2's own Qwen3-MoE recipes are (``recipes/qwen/h100/
+qwen3_moe.py``: ``qwen3_30b_a3b_pretrain_*`` keep the provider's ``default_layer_spec``, i.e.
+``transformer_engine_layer_spec`` -> MCore's ``get_gpt_layer_with_transformer_engine_spec``), so the
+two stacks' losses compare and each stack's overlap variants compare with its own overlap-off run.
 """
 
 from __future__ import annotations
@@ -55,3 +61,31 @@ def proxy_base(seq_length: int = 1024, global_batch_size: int = 16, micro_batch_
 def qwen3_moe_proxy():
     """Small Qwen3-MoE proxy, 2x H200, EP=2, alltoall (default recipe; runs without TE)."""
     return proxy_base()
+
+
+def qwen3_moe_proxy_te():
+    """The proxy on Transformer Engine layers (TE attention, grouped-GEMM experts, fusions); needs TE.
+
+    Changes relative to ``qwen3_moe_proxy``, each as MB 0.6.2's Qwen3-MoE H100 recipes set it:
+    * ``transformer_impl="transformer_engine"`` and MB's ``default_layer_spec`` (TE linear layers
+      with fused layer norm, TE attention, ``TEGroupedMLP`` experts: ``moe_grouped_gemm=True``);
+    * the TE fusions Transformer Engine 2.18 has on H100/H200: ``apply_rope_fusion``,
+      ``moe_permute_fusion``, ``moe_router_fusion`` (TE >= 2.7), ``gradient_accumulation_fusion``
+      (TE's fused wgrad accumulation into ``main_grad``), ``cross_entropy_loss_fusion`` with
+      ``cross_entropy_fusion_impl="te"``, and ``bias_activation_fusion`` (MCore's fused SwiGLU).
+    ``persist_layer_norm`` stays off: MB's Qwen3 bridge does not set it and it selects Apex's
+    persistent LayerNorm kernel, which TE layers (their norms are TE's) never use. Everything else -
+    shape, mock data, tokenizer, optimizer (plain Adam, no precision-aware optimizer), batch sizes,
+    schedule, seed - is the local proxy's.
+    """
+    from megatron.bridge.models.gpt_provider import default_layer_spec
+
+    cfg = proxy_base()
+    set_fields(
+        cfg.model,
+        transformer_layer_spec=default_layer_spec, transformer_impl="transformer_engine", moe_grouped_gemm=True,
+        apply_rope_fusion=True, moe_permute_fusion=True, moe_router_fusion=True, gradient_accumulation_fusion=True,
+        cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te", bias_activation_fusion=True,
+        masked_softmax_fusion=True,
+    )
+    return cfg

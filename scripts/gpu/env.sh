@@ -8,6 +8,11 @@ mkdir -p "$SITE"
 # NVLink multicast stays off everywhere (shared hosts); keep any stricter value already set.
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1} \
        NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1} PYTHONUNBUFFERED=1
+# A native crash (SIGSEGV in a kernel library) prints the Python stack of every thread.
+export PYTHONFAULTHANDLER=1
+# USE_MNNVL (HybridEP's fabric vs CUDA-IPC memory handles) is deliberately not set here: the caller
+# may set it; `mbridge-ep-overlap doctor --smoke` tries HybridEP's default path and, if that fails,
+# USE_MNNVL=0, and names the cause.
 if [ -d .gpu-wheels ] && ls .gpu-wheels/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu-wheels/*.whl \
     || { echo "gpu/env.sh: wheel install failed" >&2; return 1; }

@@ -40,7 +40,7 @@ _EXPORTS = {
     "probe": "target.probe",
     "forward_step": "core.forward_step",
     "RunSpec": "spec",
-    "build": "build",
+    "build": "pipeline",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -48,7 +48,7 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if _EXPORTS[name] in ("core.enable", "core.engine", "core.forward_step", "build"):
+    if _EXPORTS[name] in ("core.enable", "core.engine", "core.forward_step", "pipeline"):
         from .target import shims
 
         shims.install()  # these import Megatron-Bridge: MB 0.6.2 needs TE / NVRx placeholders without them
@@ -62,7 +62,7 @@ def __dir__():
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from .build import build
+    from .pipeline import build
     from .core.enable import disable_ep_overlap, enable_ep_overlap
     from .core.engine import check_ep_overlap
     from .core.errors import EPOverlapError, Severity, UpstreamRefusal, UsageError, Violation

@@ -8,7 +8,7 @@ Contract
   the cluster's GPU type and count and its software stack, or this machine). ``None`` means "the
   recipe's choice". ``validated()`` refuses a bad value with one ``UsageError`` naming it; every
   front end (``run_script.py``, ``plan``, ``launch_slurm.py``, the benchmark) builds a spec and
-  hands it to ``build.build`` - none re-parses another's command line.
+  hands it to ``pipeline.build`` - none re-parses another's command line.
 * A recipe is a registered name (``RecipeEntry`` in a registry published under the entry-point
   group ``mbridge_ep_overlap.recipes``: this project's ``recipes/`` package, or a user's) or
   ``MODULE:FUNCTION`` naming any zero-argument function returning a Megatron-Bridge

@@ -1,27 +1,80 @@
-"""Functional GPU suite: skip with the reason when the hardware or a package is missing."""
+"""Functional GPU suite: skip with the reason when the hardware or a package is missing.
+
+The runs are declared and launched by ``functional_suite.Suite`` (session fixture ``suite``) as soon
+as the session starts, only those the selected tests use (marker ``runs``). The dispatcher smoke
+check runs first, in parallel with the non-flex runs, or its verdicts are reused from this node's
+cache when ``doctor --smoke`` ran within ``EP_OVERLAP_SMOKE_MAX_AGE`` seconds (default 3600;
+``EP_OVERLAP_SMOKE=fresh`` forces a new check). A flex run whose backend is not usable is not
+launched and its tests skip with the verdict, while ``test_dispatcher_health`` fails on a crash,
+hang or wrong result. ``te`` test ids skip with the reason when Transformer Engine does not import.
+The terminal summary lists every run's wall time and step times.
+"""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+from functional_suite import NotRun, Suite, gpu_count, te_problem
 
 
-def gpu_count() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:
-        return 0
+def pytest_configure(config):
+    config.addinivalue_line("markers", "runs(*names): the suite runs a test uses ('{stack}': its parameter)")
 
 
 def pytest_collection_modifyitems(config, items):
     need = int(os.environ.get("EP_OVERLAP_TEST_GPUS", "2"))
     have = gpu_count()
-    if have >= need:
+    if have < need:
+        reason = f"needs {need} CUDA GPUs (EP_OVERLAP_TEST_GPUS), found {have}"
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
         return
-    reason = f"needs {need} CUDA GPUs (EP_OVERLAP_TEST_GPUS), found {have}"
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(pytest.mark.skip(reason=reason))
+        if "gpu" in item.keywords and _stack_of(item) == "te" and te_problem():
+            item.add_marker(pytest.mark.skip(reason=te_problem()))
+
+
+def _stack_of(item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("stack") if callspec else None
+
+
+def runs_of(item) -> list[str]:
+    """The run names a collected test uses, from its ``runs`` marker ('{stack}-{dispatcher}' is filled
+    in from the test's parameters)."""
+    callspec = getattr(item, "callspec", None)
+    params = dict(callspec.params) if callspec else {}
+    return [name.format(**params) for mark in item.iter_markers("runs") for name in mark.args]
+
+
+_suite: list[Suite] = []
+
+
+@pytest.fixture(scope="session")
+def suite(request) -> Suite:
+    from mbridge_ep_overlap.tools.launch import LOG_ROOT
+
+    names = [n for item in request.session.items for n in runs_of(item)
+             if not item.get_closest_marker("skip")]
+    s = Suite(names, Path(LOG_ROOT))
+    _suite.append(s)
+    yield s
+    s.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _suite:
+        return
+    rows = [r for r in _suite[0].finished() if not isinstance(r, NotRun)]
+    if not rows:
+        return
+    terminalreporter.section("functional runs")
+    if _suite[0].smoke_source:
+        terminalreporter.write_line(f"dispatcher smoke check: {_suite[0].smoke_source}")
+    for r in sorted(rows, key=lambda r: r.name):
+        steps = [round(s["step_time_s"], 3) for s in (r.summary or {}).get("steps", [])]
+        state = "timed out" if r.timed_out else f"exit {r.returncode}"
+        terminalreporter.write_line(f"{r.name:32s} {r.seconds:5.0f} s wall  {state:9s} step times {steps}")

@@ -1,48 +1,33 @@
-"""EP overlap through Megatron-Bridge's training loop on real GPUs.
+"""EP overlap through Megatron-Bridge's training loop on real GPUs, on both layer stacks.
 
-Each variant launches ``scripts/run_script.py`` with torchrun on the proxy recipe (mock data,
-same seed) for a handful of iterations, with a hard timeout. We then check, as a user would, the
-finalized config the run recorded, that MCore's combined-1F1B schedule really executed, and that
-per-iteration losses match overlap off. GPU count: ``EP_OVERLAP_TEST_GPUS`` (default 2; must
-divide the proxy's 16 experts). Timings are printed, never asserted.
+Each variant launches ``scripts/run_script.py`` with torchrun (``conftest.Suite``: in the background,
+a few at a time, hard timeouts) on the proxy recipe - ``local`` layers (``qwen3_moe_proxy``) or
+Transformer Engine layers (``qwen3_moe_proxy_te``), same shape, data and seed - for a handful of
+iterations. We then check, as a user would, the finalized config the run recorded, the layer stack
+the model was really built from, that MCore's combined-1F1B schedule really executed (counted),
+which flex buffer moved the tokens, and that per-iteration losses match overlap off of the same
+stack. Flex variants run only when the dispatcher smoke check says the backend is usable on this
+node; ``test_dispatcher_health`` reports a crash, hang or wrong result as a failure with its stage
+and stack. GPU count: ``EP_OVERLAP_TEST_GPUS`` (default 2; must divide the proxy's 16 experts).
+Timings are printed (terminal summary), never asserted.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
+from functional_suite import MICROBATCHES, NPROC, STEPS
 
-from mbridge_ep_overlap.tools.launch import launch, proxy_args
 from mbridge_ep_overlap.tools.numerics import BF16_RTOL, compare_losses, losses_from_summary
 
 pytestmark = pytest.mark.gpu
 
-NPROC = int(os.environ.get("EP_OVERLAP_TEST_GPUS", "2"))
-STEPS = 6
-MICRO_BATCH = 2
-MICROBATCHES = 4
-COMMON = proxy_args(NPROC, STEPS, MICRO_BATCH, MICROBATCHES)
 NO_OVERLAP_PATH = "combined_1f1b_schedule_for_no_pipelining"
+STACK_IDS = ["local", "te"]
+VARIANTS = [pytest.param(stack, dispatcher, id=f"{stack}-{dispatcher}")
+            for stack in STACK_IDS for dispatcher in ("alltoall", "deepep", "hybridep")]
 
 
-def _ok(run):
-    assert not run.timed_out and run.returncode == 0, run.describe_failure()
-    assert run.summary is not None, "the run wrote no evidence summary\n" + run.tail()
-    return run
-
-
-@pytest.fixture(scope="module")
-def baseline():
-    return _ok(launch("baseline_off", NPROC, COMMON + ["--ep-overlap", "off"]))
-
-
-@pytest.fixture(scope="module")
-def overlap_alltoall():
-    return _ok(launch("overlap_alltoall", NPROC, COMMON + ["--ep-overlap", "on", "--dispatcher", "alltoall"]))
-
-
-def _report(name, reference, candidate):
+def report_parity(name, reference, candidate):
     ref, _ = losses_from_summary(reference.summary)
     cand, skipped = losses_from_summary(candidate.summary)
     result = compare_losses(ref, cand, skipped=skipped)
@@ -51,78 +36,118 @@ def _report(name, reference, candidate):
     return result
 
 
-def test_baseline_really_had_overlap_off(baseline):
-    fin = baseline.summary["finalized"]
-    assert fin["overlap_moe_expert_parallel_comm"] is False
-    assert fin["moe_token_dispatcher_type"] == "alltoall"
-    assert baseline.summary["schedule_plan_calls"] == 0
-    assert not any(baseline.summary["flex_buffers"].values())
-    assert baseline.summary["combined_schedule_calls"].get(NO_OVERLAP_PATH, 0) == 0
+def assert_layer_stack(run, stack):
+    """The model really was built from the stack's layers (module classes, not only the flag)."""
+    ls = run.summary["layer_stack"]
+    te_classes = ls["te_module_classes"]
+    print(f"\n{run.name}: transformer_impl={ls['transformer_impl']}, TE {ls['te_version']} "
+          f"(Megatron-Core sees {ls['mcore_te_version']}), classes {ls['module_classes']}, TE's {te_classes}")
+    if stack == "te":
+        assert ls["transformer_impl"] == "transformer_engine"
+        assert any("Linear" in c for c in te_classes), f"no Transformer Engine linear layer: {ls['module_classes']}"
+        assert any("GroupedLinear" in c for c in te_classes), f"experts are not TE grouped GEMM: {te_classes}"
+        assert any("Attention" in c for c in te_classes), f"attention is not TE's: {te_classes}"
+        for fusion in ("apply_rope_fusion", "moe_permute_fusion", "gradient_accumulation_fusion",
+                       "cross_entropy_loss_fusion"):
+            assert ls[fusion] is True, f"{fusion} is {ls[fusion]} on the te stack"
+    else:
+        assert ls["transformer_impl"] == "local"
+        # MCore builds the final norm with TE whenever TE imports; linear, attention and experts stay local
+        not_norm = [c for c in te_classes if "Norm" not in c]
+        assert not not_norm, f"Transformer Engine layers in a local-stack model: {not_norm}"
 
 
-def test_overlap_config_finalized_on(overlap_alltoall):
-    fin = overlap_alltoall.summary["finalized"]
-    assert fin["overlap_moe_expert_parallel_comm"] is True
-    assert fin["delay_wgrad_compute"] is False
-    assert fin["moe_token_dispatcher_type"] == "alltoall"
-    assert fin["expert_model_parallel_size"] == NPROC
-    assert fin["num_microbatches"] == MICROBATCHES
-
-
-def test_overlapped_schedule_executed(overlap_alltoall):
-    s = overlap_alltoall.summary
+def assert_overlapped(run):
+    s = run.summary
     # One combined-1F1B schedule per training step, and one schedule-plan build per microbatch.
-    assert s["combined_schedule_calls"][NO_OVERLAP_PATH] == STEPS
+    assert s["combined_schedule_calls"][NO_OVERLAP_PATH] == STEPS, s["combined_schedule_calls"]
     assert s["schedule_plan_calls"] == STEPS * MICROBATCHES
 
 
-def test_losses_match_overlap_off(baseline, overlap_alltoall):
-    result = _report("alltoall overlap vs off", baseline, overlap_alltoall)
+@pytest.mark.runs("smoke")
+@pytest.mark.parametrize("backend", ["alltoall", "deepep", "hybridep"])
+def test_dispatcher_health(suite, backend):
+    """The smoke check's verdict: skip when the backend is not installed; fail (with the stage and
+    every crashed rank's Python stack) when it crashed, hung or gave a wrong result."""
+    verdicts = suite.smoke()
+    verdict = verdicts.get(backend)
+    if verdict is None:
+        pytest.skip(f"{backend}: not checked")
+    print(f"\nsmoke check ({suite.smoke_source}):\n{verdict.report()}")
+    if verdict.status in ("missing", "cannot_run"):
+        pytest.skip(verdict.line())
+    extra = verdicts.get("hybridep:USE_MNNVL=0") if backend == "hybridep" else None
+    assert verdict.usable, verdict.report() + (f"\n{extra.report()}" if extra is not None else "")
+
+
+@pytest.mark.runs("{stack}-off")
+@pytest.mark.parametrize("stack", STACK_IDS)
+def test_baseline_really_had_overlap_off(suite, stack):
+    run = suite.result(f"{stack}-off")
+    s = run.summary
+    fin = s["finalized"]
+    assert fin["overlap_moe_expert_parallel_comm"] is False
+    assert fin["moe_token_dispatcher_type"] == "alltoall"
+    assert s["schedule_plan_calls"] == 0
+    assert not any(s["flex_buffers"].values())
+    assert s["combined_schedule_calls"].get(NO_OVERLAP_PATH, 0) == 0
+    assert s["wgrad"]["node_backward_dw_calls"] == 0
+    assert_layer_stack(run, stack)
+
+
+@pytest.mark.runs("{stack}-off", "{stack}-{dispatcher}")
+@pytest.mark.parametrize("stack,dispatcher", VARIANTS)
+def test_overlap_variant(suite, stack, dispatcher):
+    """Finalized config, layer stack, combined-1F1B executed, the dispatcher's own buffer, loss parity."""
+    run = suite.result(f"{stack}-{dispatcher}")
+    baseline = suite.result(f"{stack}-off")
+    s = run.summary
+    fin = s["finalized"]
+    assert fin["overlap_moe_expert_parallel_comm"] is True
+    assert fin["delay_wgrad_compute"] is False
+    assert fin["expert_model_parallel_size"] == NPROC
+    assert fin["num_microbatches"] == MICROBATCHES
+    if dispatcher == "alltoall":
+        assert fin["moe_token_dispatcher_type"] == "alltoall"
+    else:
+        assert fin["moe_token_dispatcher_type"] == "flex" and fin["moe_flex_dispatcher_backend"] == dispatcher
+    assert s["flex_buffers"] == {"deepep": dispatcher == "deepep", "hybridep": dispatcher == "hybridep"}
+    if dispatcher == "hybridep":
+        print(f"\n{run.name}: USE_MNNVL={s['environment'].get('USE_MNNVL', 'unset')} in the training processes")
+    assert_overlapped(run)
+    assert_layer_stack(run, stack)
+    assert s["wgrad"]["node_backward_dw_delayed"] == 0  # delayed wgrad off: nothing deferred
+    assert s["wgrad"]["te_wgrad_deferred"] in (0, None)
+    result = report_parity(f"{stack}: {dispatcher} overlap vs off", baseline, run)
     assert len(result.iterations) == STEPS
     assert result.ok, result.problems
 
 
-def test_runs_end_within_timeout(baseline, overlap_alltoall):
-    for run in (baseline, overlap_alltoall):
-        steps = [s["step_time_s"] for s in run.summary["steps"]]
-        print(f"\n{run.name}: {run.seconds:.0f}s wall, step times {[round(t, 3) for t in steps]}")
-        assert not run.timed_out
+@pytest.mark.runs("te-off", "te-delay_wgrad")
+@pytest.mark.parametrize("stack", ["te"])
+def test_delay_wgrad_variant(suite, stack):
+    """Delayed wgrad on TE layers: on in the finalized config, the deferred weight-gradient GEMMs
+    really queued and executed by backward_dw (counted), the gradients written there, losses as off."""
+    run = suite.result("te-delay_wgrad")
+    baseline = suite.result("te-off")
+    s = run.summary
+    assert s["finalized"]["delay_wgrad_compute"] is True
+    assert s["finalized"]["overlap_moe_expert_parallel_comm"] is True
+    assert_overlapped(run)
+    assert_layer_stack(run, stack)
+    w = s["wgrad"]
+    print(f"\ndelayed wgrad evidence: {w}")
+    assert w["node_backward_dw_delayed"] > 0, w
+    assert w["te_wgrad_deferred"] > 0 and w["te_wgrad_executed"] == w["te_wgrad_deferred"], w
+    assert w["probe"]["changed"] > 0, f"no weight gradient changed inside backward_dw: {w}"
+    result = report_parity("te: delayed wgrad vs off", baseline, run)
+    assert len(result.iterations) == STEPS
+    assert result.ok, result.problems
 
 
-def test_delay_wgrad_variant(baseline):
-    from mbridge_ep_overlap.target.shims import real_te_available
-
-    if not real_te_available():
-        pytest.skip("Transformer Engine is not installed: delayed wgrad is a no-op on local layers, so it is refused")
-    run = _ok(launch("overlap_delay_wgrad", NPROC, COMMON + ["--ep-overlap", "on", "--delay-wgrad", "on"]))
-    assert run.summary["finalized"]["delay_wgrad_compute"] is True
-    assert _report("delay wgrad vs off", baseline, run).ok
-
-
-@pytest.mark.parametrize("backend", ["deepep", "hybridep"])
-def test_flex_variant(baseline, backend):
-    try:
-        import deep_ep
-    except Exception as e:  # ImportError, or a broken build
-        pytest.skip(f"deep_ep is not importable ({type(e).__name__}: {e}); README, section DeepEP")
-    if backend == "hybridep" and not hasattr(deep_ep, "HybridEPBuffer"):
-        pytest.skip("this DeepEP build has no HybridEP (HybridEPBuffer missing)")
-    run = _ok(launch(f"overlap_{backend}", NPROC, COMMON + ["--ep-overlap", "on", "--dispatcher", backend]))
-    fin = run.summary["finalized"]
-    assert fin["moe_token_dispatcher_type"] == "flex" and fin["moe_flex_dispatcher_backend"] == backend
-    assert run.summary["flex_buffers"] == {"deepep": backend == "deepep", "hybridep": backend == "hybridep"}
-    assert run.summary["combined_schedule_calls"][NO_OVERLAP_PATH] == STEPS
-    assert run.summary["schedule_plan_calls"] == STEPS * MICROBATCHES
-    assert _report(f"{backend} overlap vs off", baseline, run).ok
-
-
-def test_refused_config_fails_fast_on_every_rank():
-    run = launch(
-        "refused_full_recompute",
-        NPROC,
-        COMMON + ["model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=1"],
-        timeout_s=240,
-    )
+@pytest.mark.runs("local-refused_full_recompute")
+def test_refused_config_fails_fast_on_every_rank(suite):
+    run = suite.result("local-refused_full_recompute", ok=False)
     assert not run.timed_out, run.describe_failure()
     assert run.returncode != 0
     rank_outputs = [text for name, text in run.rank_logs().items() if name.endswith(("stderr.log", "stdout.log"))]

@@ -104,7 +104,8 @@ def test_row_without_recognized_all_to_all_shows_no_efficiency():
     rows = [summarize_run("off", "nvlink", summary([1, 1, 1], [10.0, 9.0, 8.0]), 1, 100),
             summarize_run("hybridep", "nvlink", summary([1, 0.5, 0.5], [10.0, 9.0, 8.0], prof), 1, 100)]
     compare_to_baseline(rows)
-    assert "| nvlink | hybridep | 0.500 | 0.500-0.500 | 2.000x | 200 | 12.5 | - | - | - | match | - |" in markdown(rows, "t")
+    assert ("| nvlink | hybridep | 0.500 | 0.500-0.500 | 2.000x | 200 | 12.5 | +0% | - | - | - | - | - | - | match | - |"
+            in markdown(rows, "t"))
 
 
 def test_shape_label_from_finalized_fields():
@@ -116,3 +117,85 @@ def test_shape_label_from_finalized_fields():
     assert shape_label({**fin, "num_attention_heads": 32, "kv_channels": 128, "micro_batch_size": 2,
                         "seq_length": 4096}) == "h2048 attn32x128 ffn3072 top8/16 mbs2 seq4096"
     assert shape_label({}) == "-"
+
+
+# ---- issue 16: share of the possible gain, idle, memory and compute deltas, the summary line -----
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_share_of_gain_recomputed_for_the_stop10_evidence(tmp_path):
+    """bench --report recomputes the new columns from old results.json files: the stop-10 throttled
+    high-priority row reaches (4.496 - 3.371) / (4.496 - 2.772) = 65% of the possible gain."""
+    from mbridge_ep_overlap.tools.bench import report, summary_line
+
+    rows = report([REPO / "docs/evidence/bench-2xh200-stop10"], tmp_path / "m", "t")
+    hiprio = [r for r in rows if r.variant == "overlap:hiprio" and r.link == "throttled"]
+    assert hiprio[0].share_of_gain == pytest.approx((4.496305 - 3.371048) / (4.496305 - 2.772429), abs=1e-4)
+    assert hiprio[0].share_of_gain == pytest.approx(0.653, abs=1e-3)
+    assert hiprio[0].share_of_gain_off_ideal == pytest.approx((4.496305 - 3.371048) / (4.496305 - 2.617679), abs=1e-4)
+    assert hiprio[0].peak_vs_off == pytest.approx(43.612 / 38.123 - 1)
+    assert hiprio[0].compute_vs_off_s == pytest.approx((5.544857 - 5.235358) / 2, abs=1e-5)
+    # idle from a profile written before trace.analyze measured it: a lower bound, marked as such
+    assert hiprio[0].idle_estimated and hiprio[0].idle_step_s == pytest.approx(
+        3.420632 - (5.544857 + 4.087341 - 3.193699) / 2, abs=1e-5)
+    off = [r for r in rows if r.variant == "off"]
+    assert all(r.share_of_gain is None for r in off)
+    line = summary_line(rows)
+    assert line.startswith("Best share of the possible gain: 65% (overlap:hiprio, throttled, h2048 attn32x128 ffn3072")
+    assert "bench-2xh200-stop10" in line and "60% against the off run's ideal" in line
+    md = (tmp_path / "m" / "benchmarks.md").read_text()
+    assert "| 65% (60%) | match |" in md and ">=0.201" in md and line in md
+
+
+def test_summary_line_skips_mismatches_unrecognized_a2a_and_throttled_flex():
+    from mbridge_ep_overlap.tools.bench import summary_line
+
+    prof = lambda ideal: {"steps": [5, 7], "overlap_efficiency": {  # noqa: E731
+        "iterations": 2, "hidden_fraction": 0.8, "exposed_s": 0.2, "ideal_step_s": ideal, "a2a_s": 1.0}}
+    off = summarize_run("off", "throttled", summary([4, 4, 4], [10.0, 9.0, 8.0], prof(2.0)), 1, 100)
+    good = summarize_run("overlap", "throttled", summary([4, 3, 3], [10.0, 9.0, 8.0], prof(2.0)), 1, 100)
+    bad = summarize_run("overlap:hiprio", "throttled", summary([4, 2.5, 2.5], [10.0, 9.0, 8.5], prof(2.0)), 1, 100)
+    flex = summarize_run("hybridep", "throttled", summary([4, 2.2, 2.2], [10.0, 9.0, 8.0], prof(2.0)), 1, 100)
+    rows = [off, good, bad, flex]
+    compare_to_baseline(rows)
+    assert good.share_of_gain == pytest.approx(0.5) and bad.parity.startswith("MISMATCH")
+    assert summary_line(rows).startswith("Best share of the possible gain: 50% (overlap, throttled")
+    good.disqualified = "disqualified: peak"
+    assert summary_line(rows).startswith("Best share of the possible gain: - ")
+
+
+def test_new_profiles_give_idle_directly_and_more_microbatches_compare_with_off():
+    fin = {"hidden_size": 2048, "moe_ffn_hidden_size": 3072, "moe_router_topk": 8, "num_moe_experts": 16,
+           "seq_length": 4096, "global_batch_size": 64}
+    prof = {"steps": [5, 7], "overlap_efficiency": {"iterations": 2, "a2a_s": 2.0, "compute_s": 5.0, "comm_s": 2.1,
+                                                    "hidden_s": 1.5, "exposed_s": 0.5, "hidden_fraction": 0.75,
+                                                    "ideal_step_s": 2.5, "measured_step_s": 3.4, "idle_step_s": 0.123}}
+    off = summarize_run("off", "throttled", {**summary([4, 4, 4], [10.0, 9.0, 8.0]), "finalized": {**fin, "micro_batch_size": 2}}, 1, 1)
+    more = summarize_run("overlap", "throttled", {**summary([4, 3, 3], [10.0, 9.0, 8.0], prof),
+                                                  "finalized": {**fin, "micro_batch_size": 1}}, 1, 1)
+    other = summarize_run("overlap", "throttled", {**summary([4, 3, 3], [10.0, 9.0, 8.0], prof),
+                                                   "finalized": {**fin, "micro_batch_size": 1, "global_batch_size": 128}}, 1, 1)
+    rows = [off, more, other]
+    compare_to_baseline(rows)
+    assert more.speedup == pytest.approx(4 / 3) and more.idle_step_s == 0.123 and not more.idle_estimated
+    assert more.share_of_gain == pytest.approx(1 / 1.5)
+    assert other.speedup is None and other.parity == ""  # another global batch: no baseline
+    row = markdown(rows, "t").splitlines()[5]
+    assert row.startswith("| throttled | overlap | 3.000 |") and "| 0.123 |" in row and "| 67% (-) | match |" in row
+
+
+def test_no_profile_flag_when_profile_is_zero(tmp_path, monkeypatch):
+    from mbridge_ep_overlap.tools import bench
+    from mbridge_ep_overlap.tools.launch import Run
+
+    seen = []
+
+    def fake_launch(name, nproc, args, timeout_s=420, env=None, log_root=None):
+        seen.append(args)
+        s = summary([1, 1, 1, 1], [10.0, 9.0, 8.0, 7.0])
+        s["finalized"] = {"global_batch_size": 8, "seq_length": 4}
+        return Run(name, 0, False, 1.0, tmp_path, s)
+
+    monkeypatch.setattr(bench, "launch", fake_launch)
+    rows = bench.run_bench("qwen3_moe_proxy", 2, ["overlap"], ["nvlink"], tmp_path / "o", steps=4, profile=0)
+    assert all("--profile-steps" not in a for a in seen) and rows[1].run_s == 1.0 and rows[1].run == str(tmp_path / "o")

@@ -20,7 +20,7 @@ import typing
 import pytest
 
 from mbridge_ep_overlap import EPOverlapError, RunSpec, UpstreamRefusal, UsageError, build
-from mbridge_ep_overlap.build import finalize
+from mbridge_ep_overlap.pipeline import finalize
 from mbridge_ep_overlap.spec import TargetSpec
 
 HF_CONFIG_DIR = os.environ.get("EP_OVERLAP_HF_CONFIG_DIR")  # more architecture files (not needed in CI)

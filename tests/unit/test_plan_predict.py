@@ -129,7 +129,7 @@ def test_auto_ranks_installed_backends_by_the_prediction(proxy_cfg):
 
 
 def test_auto_picks_a_clearly_faster_backend_end_to_end():
-    from mbridge_ep_overlap.build import build
+    from mbridge_ep_overlap.pipeline import build
     from mbridge_ep_overlap.spec import RunSpec, TargetSpec
 
     built = build(RunSpec(recipe="qwen3_30b_a3b", dispatcher="auto", target=TargetSpec(deep_ep="1.2.1")))

@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from mbridge_ep_overlap import RunSpec, build, enable_ep_overlap
-from mbridge_ep_overlap.build import finalize
+from mbridge_ep_overlap.pipeline import finalize
 from mbridge_ep_overlap.spec import registered_recipes, resolve_recipe
 from mbridge_ep_overlap.target.cluster import describe
 from mbridge_ep_overlap.target.simulate import simulate

@@ -219,6 +219,7 @@ CASES = [
                                  use_transformer_engine_op_fuser=True, moe_grouped_gemm=True,
                                  fine_grained_activation_offloading=True, offload_modules=["expert_fc1"])), env=NCCL_EP),
     Case("ncclep-static-shape", chain(flex("ncclep"), m(moe_expert_rank_capacity_factor=1.5)), env=NCCL_EP),
+    Case("dispatcher-healthy", flex("deepep"), env={"dispatcher_health": {"deepep": "crashed (SIGSEGV) in Buffer init"}}),
     Case("ncclep-capacity-factor", flex("ncclep"), env=NCCL_EP, also=("ncclep-static-shape",)),
     Case("ncclep-static-shape-fused-gemm",
          chain(flex("ncclep"), m(moe_ncclep_static_shape=True, moe_expert_rank_capacity_factor=1.5)), env=NCCL_EP),

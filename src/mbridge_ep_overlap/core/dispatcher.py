@@ -73,11 +73,28 @@ def nvshmem_ok(backend: str, target) -> bool:
     return backend != "deepep" or target.deep_ep_nvshmem is not False
 
 
+IPC_HEALTH_KEY = "hybridep:USE_MNNVL=0"  # the smoke verdict of HybridEP on CUDA IPC handles
+
+
+def health(backend: str, target, env_vars: dict | None = None) -> str | None:
+    """This node's smoke verdict for ``backend`` ("usable", "crashed (SIGSEGV) in ...", ...), None when
+    no check ran. HybridEP takes its CUDA-IPC verdict when USE_MNNVL=0 will be set: by the plan on an
+    NVLink domain of at most 8 GPUs (``enable``), or by the launcher / ``env_vars``."""
+    verdicts = getattr(target, "dispatcher_health", None)
+    if not verdicts:
+        return None
+    env = {"USE_MNNVL": "0" if (target.nvlink_domain_size or 8) <= 8 else "1", **target.env_vars, **(env_vars or {})}
+    if backend == "hybridep" and str(env.get("USE_MNNVL")).strip().lower() in ("0", "false") and IPC_HEALTH_KEY in verdicts:
+        return verdicts[IPC_HEALTH_KEY]
+    return verdicts.get(backend)
+
+
 def problems(backend: str, target) -> list[str]:
     """Every known reason ``backend`` cannot run EP overlap on ``target`` (empty: none known)."""
+    verdict = health(backend, target)
+    out = [] if verdict in (None, "usable") else [f"{backend} failed this node's smoke check: {verdict}"]
     if backend == "alltoall":
-        return []
-    out = []
+        return out
     if target.has_gpu and not supports_gpu(backend, target.gpu_name, target.compute_capability[0]):
         out.append(f"{target.gpu_name} is outside the {backend} GPU allow-list (MB would fall back to alltoall)")
     if availability(backend, target) is False:

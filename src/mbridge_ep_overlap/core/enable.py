@@ -12,6 +12,8 @@ Contract
   ``high_priority_a2a`` left ``None`` on a config that already enables overlap, its dispatcher
   (and flex backend), delayed wgrad and all-to-all priority stay, and the plan says "kept";
   without overlap on, the defaults are alltoall, no delayed wgrad, the default-priority stream;
+* gives the overlapped schedule's all-to-all stream CUDA high priority unless told otherwise
+  (``high_priority_a2a=False``) or the recipe already enabled overlap (then its choice is kept);
 * sets ``moe_shared_expert_overlap=False``; decides the dispatcher in one place
   (``dispatcher.decide``) and for a flex backend calls MB's ``apply_flex_dispatcher_backend``,
   refusing MB's silent fallback to alltoall (``resolve="error"``) or recording it
@@ -50,6 +52,10 @@ from .sizes import positive_int
 RESOLVE_MODES = ("error", "auto")
 EP_FLAGS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
 KEPT = "kept: the recipe's"
+# Issue 16: in every paired measurement on 2x H200 the high-priority stream was at least as fast
+# (throttled link: +1 to +14%; NVLink: +1%; docs/benchmarks.md), and NVIDIA's perf recipes set it.
+HIGH_PRIORITY_DEFAULT = ("default: high-priority all-to-all stream (never slower in the paired 2x H200 "
+                         "measurements, docs/benchmarks.md; high_priority_a2a=False turns it off)")
 
 
 @dataclass(frozen=True)
@@ -166,6 +172,8 @@ class Session:
             edit.set("model.high_priority_a2a_comm_stream", opts.high_priority_a2a,
                      "high-priority all-to-all stream requested" if opts.high_priority_a2a
                      else "default-priority all-to-all stream requested")
+        elif not already_on:
+            edit.set("model.high_priority_a2a_comm_stream", True, HIGH_PRIORITY_DEFAULT)
         self._configure_dispatcher(already_on)
         self._set_env("CUDA_DEVICE_MAX_CONNECTIONS", str(opts.cuda_device_max_connections),
                       "A2A stream must not be serialised")

@@ -107,6 +107,11 @@ def _static() -> dict:
         gpu_name, cc, per_node = props.name, (props.major, props.minor), torch.cuda.device_count()
     catalog = gpus.match(gpu_name)
     info = deep_ep_info() if cc is not None else DeepEPInfo("")
+    health = None
+    if cc is not None:  # the verdicts `mbridge-ep-overlap doctor --smoke` cached on this node, if any
+        from ..tools.smoke import cached_verdicts
+
+        health = cached_verdicts()
     return {
         **installed_versions(),
         "torch_version": torch.__version__.split("+")[0],
@@ -120,6 +125,7 @@ def _static() -> dict:
         "hybrid_ep_available": info.hybrid_ep,
         "deep_ep_nvshmem": info.nvshmem,
         "deep_ep_build": info.build or None,
+        "dispatcher_health": health,
     }
 
 

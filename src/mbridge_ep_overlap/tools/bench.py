@@ -18,11 +18,20 @@ against ``off`` on the same link and shape, and - from a torch-profiler window o
 efficiency of ``trace.analyze``. Output folder: ``results.json`` (every number),
 ``benchmarks.md`` (the table) and ``benchmarks.png`` (step time per iteration, speedups).
 Timings are reported, never asserted.
+
+Against ``off`` (``compare_to_baseline``, recomputed by ``bench --report`` for old files too): the
+speedup, loss parity, the peak-memory delta, the compute time added per step (SM / memory contention
+of the overlapped all-to-all), the idle time per step (no kernel running) and the **share of the
+possible gain** ``(off - variant) / (off - ideal)`` - with the ideal ``max(compute, all-to-all)`` from
+the variant's own profile, and beside it from the ``off`` run's profile. ``summary_line`` names the
+best share of a set of rows. ``bench --tune`` (``tools.tune``) searches the overlap knobs; a tuned
+result (``tuned.json``) runs as the variant ``tuned`` with ``--tuned PATH``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,15 +52,19 @@ class Variant:
     changes: dict
     env: dict = field(default_factory=dict)
     needs: str = ""
+    overrides: tuple[str, ...] = ()
+    """Hydra-style overrides appended after the shape's and the user's (tuned variants)."""
 
 
-ALLTOALL = {"ep_overlap": True, "dispatcher": "alltoall"}
+# "overlap" keeps the default-priority stream, as in every earlier run, so rows stay comparable; the
+# library's default (high priority) is "overlap:hiprio".
+ALLTOALL = {"ep_overlap": True, "dispatcher": "alltoall", "high_priority_a2a": False}
 VARIANTS = {
     "off": Variant({"ep_overlap": False}),
     "overlap": Variant(ALLTOALL),
     "overlap+delay_wgrad": Variant({**ALLTOALL, "delay_wgrad": True}, needs="te"),
-    "deepep": Variant({"ep_overlap": True, "dispatcher": "deepep"}, needs="deep_ep"),
-    "hybridep": Variant({"ep_overlap": True, "dispatcher": "hybridep"}, needs="hybrid_ep"),
+    "deepep": Variant({**ALLTOALL, "dispatcher": "deepep"}, needs="deep_ep"),
+    "hybridep": Variant({**ALLTOALL, "dispatcher": "hybridep"}, needs="hybrid_ep"),
     "overlap:cdmc1": Variant(ALLTOALL, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
     "overlap:hiprio": Variant({**ALLTOALL, "high_priority_a2a": True}),
 }
@@ -96,6 +109,25 @@ class VariantResult:
     speedup: float | None = None
     parity: str = ""
     finalized: dict = field(default_factory=dict)
+    # issue 16 (absent from older results.json: ``compare_to_baseline`` recomputes them)
+    run: str = ""
+    """The bench output folder the row was measured in."""
+    run_s: float | None = None
+    """Wall time of the whole torchrun job (start-up included): the tuner's run-time estimate."""
+    overrides: list[str] = field(default_factory=list)
+    env: dict = field(default_factory=dict)
+    share_of_gain: float | None = None
+    """(off - variant) / (off - ideal), ideal = max(compute, all-to-all) from this row's profile."""
+    share_of_gain_off_ideal: float | None = None
+    """The same with the ideal of the off run's profile (no contention added by overlap)."""
+    idle_step_s: float | None = None
+    idle_estimated: bool = False
+    """True: from a profile without ``idle_step_s`` (before issue 16): a lower bound."""
+    peak_vs_off: float | None = None
+    compute_vs_off_s: float | None = None
+    """Compute time per step added against off (kernel union; SM / memory contention)."""
+    disqualified: str = ""
+    """Set by ``bench --tune``: why the row may not win (its losses or its peak memory)."""
 
 
 def available_variants() -> dict[str, str]:
@@ -133,23 +165,95 @@ def summarize_run(variant: str, link: str, summary: dict, warmup: int, tokens_pe
     return r
 
 
+def efficiency(r: VariantResult) -> dict:
+    """The row's profile analysis, or {} when it has none or recognized no all-to-all kernel (then
+    the hidden fraction, exposed time and ideal step would be meaningless)."""
+    e = r.overlap_efficiency or {}
+    return e if e.get("a2a_s") else {}
+
+
+def share_of_gain(off_s: float | None, variant_s: float | None, ideal_s: float | None) -> float | None:
+    """(off - variant) / (off - ideal): the share of the gain overlap could physically give that it
+    gave. None when a value is missing or off is already at the ideal."""
+    if not off_s or not variant_s or ideal_s is None or off_s - ideal_s <= 1e-9:
+        return None
+    return (off_s - variant_s) / (off_s - ideal_s)
+
+
+def idle_per_step(profile: dict | None) -> tuple[float | None, bool]:
+    """(idle seconds per step, estimated). Profiles from ``trace.analyze`` since issue 16 carry
+    ``idle_step_s``; for older ones the union of all kernels is bounded from above by
+    compute + comm - hidden, so window - that is a lower bound (off by at most the other
+    collectives' time, ``comm_s - a2a_s``)."""
+    p = profile or {}
+    if p.get("idle_step_s") is not None:
+        return p["idle_step_s"], False
+    if p.get("measured_step_s") is None or p.get("compute_s") is None or p.get("comm_s") is None:
+        return None, False
+    n = p.get("iterations") or 1
+    busy_max = p["compute_s"] + p["comm_s"] - (p.get("hidden_s") or 0.0)
+    return max(p["measured_step_s"] - busy_max / n, 0.0), True
+
+
+def workload_key(r: VariantResult) -> tuple:
+    """Rows comparable with each other: same link, model shape, sequence and global batch (the
+    micro-batch size may differ: same tokens per step, only more microbatches)."""
+    f = r.finalized or {}
+    return (r.link, re.sub(r" mbs\S+", "", shape_label(f)), f.get("global_batch_size"))
+
+
 def compare_to_baseline(results: list[VariantResult]) -> None:
-    """Each row against the ``off`` row of the same link and shape that precedes it (a run writes
-    ``off`` first), else any ``off`` of that link and shape; rows of other shapes never mix."""
+    """Each row against the ``off`` row of the same link and workload that precedes it (a run
+    writes ``off`` first), else any ``off`` of that link and workload; rows of other workloads
+    never mix. Sets speedup, parity, share of the possible gain, idle, memory and compute deltas."""
     for i, r in enumerate(results):
-        key = (r.link, shape_label(r.finalized))
-        offs = [o for o in results[: i + 1] if o.variant == "off" and o.ok and (o.link, shape_label(o.finalized)) == key]
-        offs = offs or [o for o in results if o.variant == "off" and o.ok and (o.link, shape_label(o.finalized)) == key]
-        if not r.ok or not offs:
+        if not r.ok:
+            continue
+        r.idle_step_s, r.idle_estimated = idle_per_step(r.overlap_efficiency)
+        key = workload_key(r)
+        offs = [o for o in results[: i + 1] if o.variant == "off" and o.ok and workload_key(o) == key]
+        offs = offs or [o for o in results if o.variant == "off" and o.ok and workload_key(o) == key]
+        if not offs:
             continue
         b = offs[-1]
         if r.median_s and b.median_s:
             r.speedup = b.median_s / r.median_s
+        if r.peak_gib and b.peak_gib:
+            r.peak_vs_off = r.peak_gib / b.peak_gib - 1
+        mine, base = r.overlap_efficiency or {}, b.overlap_efficiency or {}
+        if mine.get("compute_s") is not None and base.get("compute_s") is not None:
+            r.compute_vs_off_s = (mine["compute_s"] / (mine.get("iterations") or 1)
+                                  - base["compute_s"] / (base.get("iterations") or 1))
         if r.variant != "off":
             parity = compare_losses(b.losses, r.losses, skipped=set(r.skipped))
             r.parity = "match" if parity.ok else "MISMATCH: " + "; ".join(parity.problems[:2])
+            e, eb = efficiency(r), efficiency(b)
+            r.share_of_gain = share_of_gain(b.median_s, r.median_s, e.get("ideal_step_s")) if e else None
+            r.share_of_gain_off_ideal = share_of_gain(b.median_s, r.median_s, eb.get("ideal_step_s")) if e and eb else None
         else:
             r.parity = "baseline"
+
+
+def is_like_for_like(r: VariantResult) -> bool:
+    """False for a flex dispatcher (DeepEP / HybridEP) on the throttled link: ``NCCL_P2P_DISABLE``
+    throttles NCCL only, their tokens still cross NVLink (see docs/benchmarks.md)."""
+    f = r.finalized or {}
+    flex = f.get("moe_token_dispatcher_type") == "flex" or r.variant in ("deepep", "hybridep")
+    return not (flex and r.link == "throttled")
+
+
+def summary_line(results: list[VariantResult]) -> str:
+    """'Best share of the possible gain: NN% (<variant>, <link>, <shape>, <run>)' over the rows whose
+    losses matched off, with a recognized all-to-all, like for like, not disqualified by the tuner
+    (own-profile ideal; the share against off's ideal follows)."""
+    rows = [r for r in results if r.ok and r.variant != "off" and r.parity == "match" and r.share_of_gain is not None
+            and is_like_for_like(r) and not r.disqualified]
+    if not rows:
+        return "Best share of the possible gain: - (no overlapped row with matching losses and a profile)"
+    best = max(rows, key=lambda r: r.share_of_gain)
+    extra = f"; {best.share_of_gain_off_ideal:.0%} against the off run's ideal" if best.share_of_gain_off_ideal is not None else ""
+    return (f"Best share of the possible gain: {best.share_of_gain:.0%} ({best.variant}, {best.link}, "
+            f"{shape_label(best.finalized)}, {best.run or '-'}){extra}")
 
 
 def shape_label(finalized: dict) -> str:
@@ -162,24 +266,41 @@ def shape_label(finalized: dict) -> str:
             f"{f.get('num_moe_experts')} mbs{f.get('micro_batch_size')} seq{f.get('seq_length')}")
 
 
+def _pct(x: float | None, signed: bool = False) -> str:
+    return "-" if x is None else (f"{x:+.0%}" if signed else f"{x:.0%}")
+
+
 def markdown(results: list[VariantResult], title: str) -> str:
     lines = [f"### {title}", "",
-             "| link | variant | median step s | spread s | speedup vs off | tokens/s | peak GiB | A2A hidden | exposed A2A s/step | ideal step s | losses | shape |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| link | variant | median step s | spread s | speedup vs off | tokens/s | peak GiB | peak vs off | "
+             "A2A hidden | exposed A2A s/step | idle s/step | compute +s/step vs off | ideal step s | "
+             "share of possible gain (vs off's ideal) | losses | shape |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    estimated = False
     for r in results:
         if not r.ok:
-            lines.append(f"| {r.link} | {r.variant} | - | - | - | - | - | - | - | - | failed: {r.error} | - |")
+            lines.append(f"| {r.link} | {r.variant} | - | - | - | - | - | - | - | - | - | - | - | - | failed: {r.error} | - |")
             continue
-        e = r.overlap_efficiency or {}
+        e = efficiency(r)
         n = e.get("iterations") or 1
-        if e and not e.get("a2a_s"):  # no all-to-all kernel recognized: nothing to measure
-            e = {}
+        speed = f"{r.speedup:.3f}x" if r.speedup else "-"
+        idle = "-" if r.idle_step_s is None else (">=" if r.idle_estimated else "") + f"{r.idle_step_s:.3f}"
+        estimated |= r.idle_estimated
+        compute = "-" if r.compute_vs_off_s is None or r.variant == "off" else f"{r.compute_vs_off_s:+.3f}"
+        share = "-" if r.share_of_gain is None else f"{r.share_of_gain:.0%} ({_pct(r.share_of_gain_off_ideal)})"
+        peak_delta = "-" if r.variant == "off" else _pct(r.peak_vs_off, signed=True)
         lines.append(
             f"| {r.link} | {r.variant} | {r.median_s:.3f} | {r.spread_s[0]:.3f}-{r.spread_s[1]:.3f} | "
-            f"{r.speedup:.3f}x | {r.tokens_per_s:,.0f} | {r.peak_gib:.1f} | "
-            + (f"{e['hidden_fraction']:.0%} | {e['exposed_s'] / n:.3f} | {e['ideal_step_s']:.3f} | " if e else "- | - | - | ")
-            + f"{r.parity} | {shape_label(r.finalized)} |"
+            f"{speed} | {r.tokens_per_s:,.0f} | {r.peak_gib:.1f} | {peak_delta} | "
+            + (f"{e['hidden_fraction']:.0%} | {e['exposed_s'] / n:.3f} | " if e else "- | - | ")
+            + f"{idle} | {compute} | "
+            + (f"{e['ideal_step_s']:.3f} | " if e else "- | ")
+            + f"{share} | {r.parity}{'; ' + r.disqualified if r.disqualified else ''} | {shape_label(r.finalized)} |"
         )
+    lines += ["", summary_line(results)]
+    if estimated:
+        lines += ["", "`>=`: idle from a profile recorded before `trace.analyze` measured it (a lower bound, "
+                      "short by at most the non-all-to-all collectives' time)."]
     return "\n".join(lines)
 
 
@@ -219,8 +340,10 @@ def plot(results: list[VariantResult], path: Path) -> bool:
     return True
 
 
-def variant_spec(base: RunSpec, variant: str) -> RunSpec:
-    return base.replace(**VARIANTS[variant].changes)
+def variant_spec(base: RunSpec, variant: str | Variant) -> RunSpec:
+    v = VARIANTS[variant] if isinstance(variant, str) else variant
+    spec = base.replace(**v.changes)
+    return spec.replace(overrides=(*spec.overrides, *v.overrides)) if v.overrides else spec
 
 
 def shape_spec(recipe: str, shape: str, steps: int, extra: list[str]) -> RunSpec:
@@ -241,13 +364,14 @@ def shape_spec(recipe: str, shape: str, steps: int, extra: list[str]) -> RunSpec
 
 
 def validate_request(recipe: str, nproc: int, variants: list[str], links: list[str], steps: int, warmup: int,
-                     profile: int) -> None:
+                     profile: int, known: dict[str, Variant] | None = None) -> None:
     """Every argument checked before anything is launched (bad usage: UsageError, exit 2)."""
     from ..spec import resolve_recipe
 
+    known = known or VARIANTS
     for v in variants:
-        if v not in VARIANTS:
-            raise UsageError("variant", v, sorted(VARIANTS))
+        if v not in known:
+            raise UsageError("variant", v, sorted(known))
     for link in links:
         if link not in LINKS:
             raise UsageError("link", link, sorted(LINKS))
@@ -258,6 +382,31 @@ def validate_request(recipe: str, nproc: int, variants: list[str], links: list[s
         raise UsageError("--steps", steps, f"more than --warmup + --profile ({warmup} + {profile}): no steady window",
                          "invalid")
     resolve_recipe(recipe)
+
+
+def run_name(link: str, variant: str) -> str:
+    """The run's folder name under ``<out>/runs`` (and its torchrun job name)."""
+    return f"{link}__{re.sub(r'[^A-Za-z0-9_.-]+', '_', variant)}"
+
+
+def run_variant(base: RunSpec, name: str, variant: Variant, link: str, out: Path, *, nproc: int, steps: int,
+                warmup: int, profile: int, timeout_s: float) -> VariantResult:
+    """One variant on one link as its own torchrun job (``launch``); a failed job is a failed row."""
+    from .flags import to_argv
+
+    spec = variant_spec(base, variant)
+    args = to_argv(spec) + (["--profile-steps", f"{steps - profile}:{steps}"] if profile else [])
+    env = {**LINKS[link], **variant.env}
+    run = launch(run_name(link, name), nproc, args, timeout_s=timeout_s, env=env, log_root=out / "runs")
+    if run.returncode != 0 or run.summary is None:
+        first = (run.describe_failure().splitlines() or ["failed"])[0]
+        return VariantResult(name, link, ok=False, error=first, run=str(out), run_s=run.seconds,
+                             overrides=list(variant.overrides), env=dict(variant.env))
+    fin = run.summary["finalized"]
+    tokens = int(fin["global_batch_size"]) * int(fin.get("seq_length") or 0)
+    r = summarize_run(name, link, run.summary, warmup, tokens)
+    r.run, r.run_s, r.overrides, r.env = str(out), run.seconds, list(variant.overrides), dict(variant.env)
+    return r
 
 
 def run_bench(
@@ -272,10 +421,10 @@ def run_bench(
     extra: list[str] | None = None,
     timeout_s: float = 300,
     shape: str = "default",
+    extra_variants: dict[str, Variant] | None = None,
 ) -> list[VariantResult]:
-    from .flags import to_argv
-
-    validate_request(recipe, nproc, variants, links, steps, warmup, profile)
+    known = {**VARIANTS, **(extra_variants or {})}
+    validate_request(recipe, nproc, variants, links, steps, warmup, profile, known)
     base = shape_spec(recipe, shape, steps, list(extra or []))
     if "off" not in variants:
         variants = ["off", *variants]
@@ -287,17 +436,11 @@ def run_bench(
             if unavailable.get(variant):
                 results.append(VariantResult(variant, link, ok=False, error=f"skipped: {unavailable[variant]}"))
                 continue
-            spec = variant_spec(base, variant)
-            args = [*to_argv(spec), "--profile-steps", f"{steps - profile}:{steps}"]
-            run = launch(f"{link}__{variant.replace(':', '_').replace('+', '_')}", nproc, args, timeout_s=timeout_s,
-                         env={**LINKS[link], **VARIANTS[variant].env}, log_root=out / "runs")
-            if run.returncode != 0 or run.summary is None:
-                results.append(VariantResult(variant, link, ok=False, error=run.describe_failure().splitlines()[0]))
-                continue
-            fin = run.summary["finalized"]
-            tokens = int(fin["global_batch_size"]) * int(fin.get("seq_length") or 0)
-            results.append(summarize_run(variant, link, run.summary, warmup, tokens))
-            print(f"bench: {link}/{variant}: median {results[-1].median_s:.3f}s", flush=True)
+            r = run_variant(base, variant, known[variant], link, out, nproc=nproc, steps=steps, warmup=warmup,
+                            profile=profile, timeout_s=timeout_s)
+            results.append(r)
+            if r.ok:
+                print(f"bench: {link}/{variant}: median {r.median_s:.3f}s", flush=True)
             _write_json(results, out)  # partial results survive a later crash or time limit
     compare_to_baseline(results)
     _write_outputs(results, out, f"{recipe}, {nproc} GPUs, shape {shape} {' '.join(extra or [])}".strip())
@@ -309,6 +452,8 @@ def load_results(path: Path) -> list[VariantResult]:
     the file when it is not one)."""
     try:
         data = json.loads(Path(path).read_text())
+        if not isinstance(data, list):
+            raise TypeError(f"a list of rows expected, found {type(data).__name__}")
         rows = []
         for d in data:
             r = VariantResult(**d)
@@ -332,6 +477,8 @@ def report(folders: list[Path], out: Path, title: str) -> list[VariantResult]:
         if not path.exists():
             raise UsageError("--report folder", str(folder), "a bench output folder holding results.json")
         rows = load_results(path)
+        for r in rows:
+            r.run = r.run or str(folder)
         compare_to_baseline(rows)
         results.extend(rows)
     out.mkdir(parents=True, exist_ok=True)
@@ -340,6 +487,7 @@ def report(folders: list[Path], out: Path, title: str) -> list[VariantResult]:
 
 
 def _write_json(results: list[VariantResult], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps([r.__dict__ for r in results], indent=2, default=str))
 
 
@@ -352,30 +500,66 @@ def _write_outputs(results: list[VariantResult], out: Path, title: str) -> None:
     print(table)
 
 
+def load_tuned_variant(path: Path) -> Variant:
+    """The variant ``tuned`` from a ``tuned.json`` written by ``bench --tune``."""
+    from .tune import load_tuned
+
+    t = load_tuned(path)
+    if not t["ep_overlap"]:
+        return Variant({"ep_overlap": False}, dict(t["env"]), overrides=tuple(t["overrides"]))
+    return Variant({"ep_overlap": True, "dispatcher": t["dispatcher"]}, dict(t["env"]), overrides=tuple(t["overrides"]))
+
+
 def add_parser(sub) -> None:
     from .exits import positive_int
 
     p = sub.add_parser("bench", help="A/B benchmark of EP-overlap variants (GPU node, torchrun)")
     p.add_argument("--recipe", default="qwen3_moe_proxy")
     p.add_argument("--nproc", type=positive_int, default=2)
-    p.add_argument("--variants", default="off,overlap", help=f"comma list of {', '.join(VARIANTS)}")
-    p.add_argument("--links", default="nvlink,throttled", help="comma list of nvlink, throttled")
-    p.add_argument("--steps", type=positive_int, default=12)
+    p.add_argument("--variants", default="off,overlap", help=f"comma list of {', '.join(VARIANTS)} (and tuned)")
+    p.add_argument("--links", default=None, help="comma list of nvlink, throttled (default: both; --tune: throttled)")
+    p.add_argument("--steps", type=positive_int, default=None, help="default 12 (--tune: 8)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--profile", type=int, default=2, help="profiled steps at the end (excluded from timing)")
     p.add_argument("--shape", default="default", choices=sorted(SHAPES), help="benchmark shape (bench.SHAPES)")
     p.add_argument("--comm-bound", action="store_true", help="same as --shape comm-bound")
-    p.add_argument("--out", default="out/bench")
+    p.add_argument("--out", default=None, help="output folder (default out/bench; --tune: out/tune)")
     p.add_argument("--report", nargs="+", metavar="DIR", help="run nothing: merge these bench output folders into --out")
+    p.add_argument("--tuned", default=None, metavar="TUNED_JSON",
+                   help="adds the variant 'tuned': the settings a --tune run wrote (tuned.json)")
+    t = p.add_argument_group("tuning (--tune: tools/tune.py)")
+    t.add_argument("--tune", action="store_true",
+                   help="search the overlap knobs (off + overlap, then one knob at a time on the best) within --budget")
+    t.add_argument("--budget", type=positive_int, default=None, metavar="SECONDS",
+                   help="--tune: wall-clock budget of this invocation (runs are estimated from the previous ones)")
+    t.add_argument("--dispatcher", default="alltoall", choices=("alltoall", "deepep", "hybridep"),
+                   help="--tune: the overlapped dispatcher to tune")
+    t.add_argument("--mem-tolerance", type=float, default=0.02,
+                   help="--tune: peak memory allowed above the overlap baseline's, as a fraction (default 0.02)")
+    t.add_argument("--min-gain", type=float, default=0.005,
+                   help="--tune: a knob is kept when it is at least this fraction faster (default 0.005)")
     p.add_argument("extra", nargs="*", help="run_script flags / key=value overrides for every variant (after --)")
     p.set_defaults(handler=_main)
 
 
 def _main(args) -> int:
+    shape = "comm-bound" if args.comm_bound else args.shape
     if args.report:
-        results = report([Path(d) for d in args.report], Path(args.out), f"{args.recipe}: {', '.join(args.report)}")
+        results = report([Path(d) for d in args.report], Path(args.out or "out/bench"),
+                         f"{args.recipe}: {', '.join(args.report)}")
         return 0 if results else 1
-    results = run_bench(args.recipe, args.nproc, args.variants.split(","), args.links.split(","), Path(args.out),
-                        args.steps, args.warmup, args.profile, args.extra,
-                        shape="comm-bound" if args.comm_bound else args.shape)
+    if args.tune:
+        from .tune import tune_links
+
+        if args.budget is None:
+            raise UsageError("--budget", None, "a number of seconds with --tune", "missing")
+        links = (args.links or "throttled").split(",")
+        outcomes = tune_links(args.recipe, args.nproc, shape, links, Path(args.out or "out/tune"), args.budget,
+                              steps=args.steps or 8, warmup=args.warmup, profile=args.profile, extra=args.extra,
+                              dispatcher=args.dispatcher, mem_tolerance=args.mem_tolerance, min_gain=args.min_gain)
+        return 0 if all(o.winner is not None for o in outcomes) else 1
+    extra_variants = {"tuned": load_tuned_variant(Path(args.tuned))} if args.tuned else None
+    results = run_bench(args.recipe, args.nproc, args.variants.split(","), (args.links or "nvlink,throttled").split(","),
+                        Path(args.out or "out/bench"), args.steps or 12, args.warmup, args.profile, args.extra,
+                        shape=shape, extra_variants=extra_variants)
     return 0 if all(r.ok or r.error.startswith("skipped") for r in results) else 1

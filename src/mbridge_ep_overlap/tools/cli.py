@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineArgumentParser(prog="mbridge-ep-overlap", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineArgumentParser)
     sub.add_parser("doctor", help="print this machine's EP-overlap environment and verdicts").set_defaults(handler=_doctor)
+    sub.choices["doctor"].add_argument("--smoke", action="store_true", help="run each dispatcher on 2 GPUs")
     sub.add_parser("recipes", help="list the registered recipes").set_defaults(handler=_recipes)
     plan_command.add_parser(sub)
     bench.add_parser(sub)

@@ -3,7 +3,11 @@
 Contract: versions (Python, torch, Megatron-Core, Megatron-Bridge, Transformer Engine, DeepEP and
 its build record), GPUs, NCCL, NVSHMEM, the relevant environment variables, the active import
 shims and the megatron-core dataset-helper gap, then a verdict per dispatcher from the same facts
-the rules read (``core.dispatcher.problems``) and what ``auto`` picks here. Exit 0.
+the rules read (``core.dispatcher.problems``) plus this node's cached smoke-check verdict
+(``tools.smoke``), and what ``auto`` picks here. ``--smoke`` then runs the smoke check (each
+backend's buffer on two ranks, one dispatch/combine round trip with a result check, in a
+subprocess with a timeout) and prints a verdict line per backend; on a machine without GPUs it says
+in one line why it cannot run. Exit 0 either way: a verdict is a finding, not a usage error.
 """
 
 from __future__ import annotations
@@ -72,14 +76,44 @@ def doctor_lines() -> list[str]:
     lines.append(f"dataset helpers   : {'OK' if gap is None else 'PROBLEM: ' + gap}")
     lines.append("```")
     lines.append("dispatchers for EP overlap on this machine:")
+    smoked = _cached_smoke(env)
     for name in dispatcher.DISPATCHERS[:-1]:
         why = ["no CUDA GPU visible"] if not env.has_gpu else dispatcher.problems(name, env)
         usable = f"deep_ep {env.deep_ep_version} on {env.gpu_name}" if name in ("deepep", "hybridep") else "every GPU"
+        smoke = smoked.get(name) if smoked else None
+        if smoke is not None and not smoke.usable:
+            why = [*why, f"smoke check: {smoke.text} on this node" + (f" ({smoke.cause})" if smoke.cause else "")
+                   + " (cached; rerun: mbridge-ep-overlap doctor --smoke)"]
+        elif smoke is not None:
+            usable += " (smoke check passed)"
         lines.append(f"  {name:9s} " + (f"NOT usable: {'; '.join(why)}" if why else f"usable: {usable}"))
     ep = max(env.gpus_per_node or 1, 2)
     auto = dispatcher.decide("auto", _Model(ep), env, "error", keep_current=False)
     lines.append(f"  auto      -> {auto.dispatcher} at EP={ep} ({auto.reason})")
     return lines
+
+
+def _cached_smoke(env) -> dict | None:
+    """This node's cached smoke-check verdicts (``tools.smoke``), None without a GPU or a check."""
+    if not env.has_gpu:
+        return None
+    from . import smoke
+
+    try:
+        return smoke.cached_results(env)
+    except Exception:  # noqa: BLE001 - a damaged cache never breaks doctor
+        return None
+
+
+def smoke_lines() -> list[str]:
+    """Run the smoke check here and return its verdict lines (one line where it cannot run)."""
+    from . import smoke
+
+    reason = smoke.cannot_run_reason()
+    if reason is not None:
+        return [f"dispatcher smoke check: cannot run: {reason}"]
+    results = smoke.run()
+    return smoke.report_lines(results) + [f"  (verdicts cached in {smoke.cache_path()})"]
 
 
 class _Model:
@@ -90,5 +124,7 @@ class _Model:
 
 
 def main(args) -> int:
-    print("\n".join(doctor_lines()))
+    print("\n".join(doctor_lines()), flush=True)
+    if getattr(args, "smoke", False):
+        print("\n".join(smoke_lines()), flush=True)
     return 0

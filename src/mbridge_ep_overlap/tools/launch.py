@@ -1,13 +1,19 @@
-"""torchrun launcher shared by the functional suite and the benchmark: hard timeout, per-rank logs.
+"""torchrun launcher shared by the functional suite, the benchmark and the dispatcher smoke check:
+hard timeout, per-rank logs, crash reports.
 
-Contract: ``launch(name, nproc, args, log_root=...)`` runs ``scripts/run_script.py`` under
-``torch.distributed.run --nproc_per_node nproc`` in its own process group, tees every rank's
-output to a log under ``log_root/name``, kills the whole group on timeout (a hang fails loudly
-instead of blocking), and returns a ``Run`` with the return code, the rank logs and the evidence
-summary (``None`` when none was written). The child environment is ``launch_environment``'s: the
-NVLink-multicast-off variables (``MULTICAST_OFF``, the one copy, also exported by Slurm jobs) win
-over anything else, and ``PYTHONFAULTHANDLER=1`` makes a native crash print each rank's Python
-stack, which ``Run.crash()`` reports.
+Contract: ``launch(name, nproc, args, log_root=...)`` runs ``scripts/run_script.py`` (or ``script``)
+under ``torch.distributed.run --nproc_per_node nproc`` in its own process group on a free port, tees
+every rank's output to a log under ``log_root/name``, kills the whole group on timeout (a hang fails
+loudly instead of blocking), and returns a ``Run`` with the return code, the rank logs and the
+evidence summary (``None`` when none was written). ``run_process_group`` is the part any torchrun
+command can use (the smoke check launches a module with it). The child environment is
+``launch_environment``'s: the NVLink-multicast-off variables (``MULTICAST_OFF``, the one copy, also
+exported by Slurm jobs) win over anything else, and ``PYTHONFAULTHANDLER=1`` makes a native crash
+print each rank's Python stack. ``rank_crashes(logs)`` reads that back from a run's log tree -
+faulthandler's "Fatal Python error: Segmentation fault" and "Current thread ..." frames in a rank's
+``stderr.log``, torchrun's "exitcode : -11" summary - and ``Run.describe_failure()`` reports a rank
+killed by a signal as "crashed (SIGSEGV) in rank N" with those frames. ``kill_launched()`` ends the
+process groups this process started and has not reaped (test-session teardown).
 """
 
 from __future__ import annotations
@@ -16,10 +22,12 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 def _repo_root() -> Path:
@@ -34,11 +42,177 @@ LOG_ROOT = Path(os.environ.get("EP_OVERLAP_LOG_DIR", "out/functional"))
 # NVLink multicast off: on shared hosts a program that uses it can take the GPUs out of service.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 _SIGNALS = {int(s): s.name for s in signal.Signals}
+# faulthandler's "Fatal Python error: <what>" for the signals it handles, as signal names.
+FATAL_ERRORS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+                "Floating-point exception": "SIGFPE", "Floating point exception": "SIGFPE",
+                "Illegal instruction": "SIGILL"}
+# Signals a rank dies of on its own; SIGTERM / SIGKILL are what torchrun (or our timeout) sends the others.
+SELF_INFLICTED = {"SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL"}
+
+_live: dict[int, subprocess.Popen] = {}  # process-group id -> launcher process, while it runs
+_live_lock = threading.Lock()
 
 
 def launch_environment(env: dict[str, str]) -> dict[str, str]:
     """``env`` with the multicast-off variables winning (every launch and Slurm job uses this)."""
     return {**env, **MULTICAST_OFF}
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (concurrent launches must not share a rendezvous port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- reading a run's logs back -------------------------------------------------------------------
+@dataclass
+class RankCrash:
+    """One rank that died of a signal: which, and the Python frames faulthandler printed."""
+
+    rank: str
+    signal: str
+    stack: list[str] = field(default_factory=list)
+    """faulthandler's frames of the crashing thread, innermost first ('File "...", line N in f')."""
+    log: str = ""
+
+    def where(self) -> str:
+        m = re.match(r'File "([^"]+)", line (\d+) in (\S+)', self.stack[0]) if self.stack else None
+        return f" at {Path(m.group(1)).name}:{m.group(2)} in {m.group(3)}" if m else ""
+
+
+_RANK_DIR = re.compile(r"(?:^|/)attempt_\d+/(\d+)/(stdout|stderr)\.log$")
+_PREFIX = re.compile(r"^\[(?:default|rank)(\d+)\]:", re.M)
+
+
+def rank_texts(logs: dict[str, str]) -> dict[str, str]:
+    """rank -> everything that rank wrote (stdout then stderr), from torchrun's per-rank files
+    (``<log-dir>/<run>/attempt_N/<local rank>/std{out,err}.log``); without them, from the
+    ``[defaultN]:`` prefixed lines torchrun tees into its own output."""
+    out: dict[str, list[str]] = {}
+    for name in sorted(logs, key=lambda n: (n.endswith("stderr.log"), n)):
+        m = _RANK_DIR.search(name.replace(os.sep, "/"))
+        if m:
+            out.setdefault(m.group(1), []).append(logs[name])
+    if out:
+        return {rank: "\n".join(parts) for rank, parts in sorted(out.items(), key=lambda kv: int(kv[0]))}
+    lines: dict[str, list[str]] = {}
+    for text in logs.values():
+        for line in text.splitlines():
+            m = _PREFIX.match(line)
+            if m:
+                lines.setdefault(m.group(1), []).append(line[m.end():])
+    return {rank: "\n".join(v) for rank, v in sorted(lines.items(), key=lambda kv: int(kv[0]))}
+
+
+def faulthandler_stack(text: str, start: int = 0) -> list[str]:
+    """The frames of the crashing thread's block faulthandler printed after ``start`` ("Current
+    thread ..." with all threads dumped, "Stack ..." with one; else the first "Thread ..." block)."""
+    frames = r"[^\n]*\(most recent call first\):\n((?:[ \t]+[^\n]*\n?)*)"
+    block = (re.search(rf"^(?:Current thread|Stack){frames}", text[start:], re.M)
+             or re.search(rf"^Thread{frames}", text[start:], re.M))
+    if not block:
+        return []
+    return [line.strip() for line in block.group(1).splitlines() if line.strip().startswith("File ")]
+
+
+def _torchrun_exitcodes(text: str) -> dict[str, int]:
+    """rank -> exit code from torchrun's failure summary ("rank : 0 (local_rank: 0)" / "exitcode : -11")."""
+    codes = {}
+    for m in re.finditer(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", text):
+        codes[m.group(1)] = int(m.group(2))
+    return codes
+
+
+def rank_crashes(logs: dict[str, str]) -> list[RankCrash]:
+    """Every rank that died of a signal, the rank that crashed first by itself listed first:
+    faulthandler's report in the rank's own output, else torchrun's exit code. Ranks torchrun (or a
+    timeout) terminated afterwards (SIGTERM, SIGKILL) come last."""
+    found: dict[str, RankCrash] = {}
+    for rank, text in rank_texts(logs).items():
+        m = re.search(r"^Fatal Python error: ([^\n]+?)\s*$", text, re.M)
+        if m:
+            what = m.group(1)
+            name = next((sig for msg, sig in FATAL_ERRORS.items() if what.startswith(msg)), what)
+            found[rank] = RankCrash(rank, name, faulthandler_stack(text, m.end()))
+    for text in logs.values():
+        for rank, code in _torchrun_exitcodes(text).items():
+            if code < 0 and rank not in found:
+                found[rank] = RankCrash(rank, _SIGNALS.get(-code, f"signal {-code}"))
+    return sorted(found.values(), key=lambda c: (c.signal not in SELF_INFLICTED, not c.stack, int(c.rank)))
+
+
+def crash_report(crashes: list[RankCrash], frames: int = 12) -> str:
+    """'crashed (SIGSEGV) in rank 0 at x.py:3 in f' plus each crashed rank's faulthandler frames."""
+    if not crashes:
+        return ""
+    first = crashes[0]
+    lines = [f"crashed ({first.signal}) in rank {first.rank}{first.where()}"
+             + "".join(f"; rank {c.rank}: {c.signal}" for c in crashes[1:])]
+    for c in crashes:
+        if c.stack:
+            lines.append(f"  Python stack of rank {c.rank} (faulthandler, most recent call first):")
+            lines += [f"    {frame}" for frame in c.stack[:frames]]
+    return "\n".join(lines)
+
+
+# ---- running a torchrun process group -----------------------------------------------------------
+def run_process_group(cmd: list[str], folder: Path, env: dict[str, str], timeout_s: float,
+                      cwd: Path | None = None) -> tuple[int | None, bool, float]:
+    """Run ``cmd`` in its own session (process group) with its output in ``folder/launcher.log``;
+    on timeout kill the whole group. Returns (return code, timed out, seconds)."""
+    start = time.monotonic()
+    with open(folder / "launcher.log", "w") as launcher_log:
+        launcher_log.write(" ".join(cmd) + "\n")
+        launcher_log.flush()
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=launcher_log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        with _live_lock:
+            _live[proc.pid] = proc
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+        finally:
+            with _live_lock:
+                _live.pop(proc.pid, None)
+    return proc.returncode, timed_out, time.monotonic() - start
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group this launcher created (start_new_session)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def kill_launched() -> int:
+    """Kill the process groups started here that are still running; returns how many."""
+    with _live_lock:
+        procs = list(_live.values())
+    for proc in procs:
+        _kill_group(proc)
+    return len(procs)
+
+
+def child_environment(env: dict | None = None) -> dict[str, str]:
+    """What every launched run gets: this environment, ``env``, unbuffered output, faulthandler on,
+    and the multicast-off variables over all of it."""
+    return launch_environment({**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
+
+
+def clear_folder(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.rglob("*"):
+        if old.is_file():
+            old.unlink()
+
+
+def read_logs(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): p.read_text(errors="replace") for p in sorted(folder.rglob("*.log"))}
 
 
 @dataclass
@@ -51,10 +225,7 @@ class Run:
     summary: dict | None
 
     def rank_logs(self) -> dict[str, str]:
-        logs = {}
-        for path in sorted(self.folder.rglob("*.log")):
-            logs[str(path.relative_to(self.folder))] = path.read_text(errors="replace")
-        return logs
+        return read_logs(self.folder)
 
     def tail(self, lines: int = 40) -> str:
         out = []
@@ -63,33 +234,41 @@ class Run:
             out += text.splitlines()[-lines:]
         return "\n".join(out)
 
+    def crashes(self) -> list[RankCrash]:
+        """The ranks that died of a signal, if one of them crashed by itself (SIGSEGV, SIGABRT, ...):
+        ranks torchrun terminated after another rank's Python exception are not a crash."""
+        crashes = rank_crashes(self.rank_logs())
+        return crashes if any(c.signal in SELF_INFLICTED or c.stack for c in crashes) else []
+
     def crash(self) -> str | None:
-        """'SIGSEGV in rank 0 (...)' when a rank died of a signal, with faulthandler's first frame."""
-        for name, text in self.rank_logs().items():
-            m = re.search(r"Fatal Python error: (\w+)", text) or re.search(r"exitcode\s*:\s*-(\d+)", text)
-            if m:
-                sig = m.group(1)
-                sig = _SIGNALS.get(int(sig), f"signal {sig}") if sig.isdigit() else sig
-                frame = re.search(r'File "([^"]+)", line (\d+) in (\w+)', text[m.start():])
-                where = f" at {Path(frame.group(1)).name}:{frame.group(2)} in {frame.group(3)}" if frame else ""
-                return f"{sig} ({name}){where}"
-        return None
+        """'SIGSEGV in rank 0 at hybrid_ep_buffer.py:62 in __init__' when a rank died of a signal."""
+        crashes = self.crashes()
+        if not crashes:
+            return None
+        c = crashes[0]
+        return f"{c.signal} in rank {c.rank}{c.where()}"
 
     def describe_failure(self) -> str:
-        crash = self.crash()
-        why = ("timed out (possible hang)" if self.timed_out else f"crashed: {crash}" if crash
-               else f"exit code {self.returncode}")
-        return f"run {self.name!r} {why} after {self.seconds:.0f}s\n{self.tail()}"
+        crashes = self.crashes()
+        if self.timed_out:
+            head, detail = "timed out (possible hang)", ""
+        elif crashes:
+            report = crash_report(crashes)
+            head, _, detail = report.partition("\n")
+        else:
+            head, detail = f"exit code {self.returncode}", ""
+        return f"run {self.name!r} {head} after {self.seconds:.0f}s\n" + (detail + "\n" if detail else "") + self.tail()
 
 
 def launch_command(name: str, nproc: int, args: list[str], folder: Path, repo: Path | None = None,
-                   script: str = "scripts/run_script.py") -> list[str]:
+                   script: str = "scripts/run_script.py", master_port: int | None = None) -> list[str]:
     """The exact torchrun command ``launch`` runs (the wide-EP unit test dry-runs it for N = 2, 4, 8).
     ``script`` (relative to the checkout) must accept ``--output-dir`` and ``--summary-json``."""
     repo = repo or _repo_root()
+    port = master_port if master_port is not None else 29500 + (abs(hash(name)) % 1000)
     return [
         sys.executable, "-m", "torch.distributed.run",
-        "--nproc_per_node", str(nproc), "--master_port", str(29500 + (abs(hash(name)) % 1000)),
+        "--nproc_per_node", str(nproc), "--master_port", str(port),
         "--log-dir", str(folder / "torchrun"), "--redirects", "3", "--tee", "3",
         str(repo / script),
         *args,
@@ -106,36 +285,21 @@ def launch(
     log_root: Path | None = None,
     script: str = "scripts/run_script.py",
 ) -> Run:
+    """Safe to call from several threads at once (each launch gets its own free rendezvous port)."""
     repo = _repo_root()
     folder = Path(log_root or LOG_ROOT) / name
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.rglob("*"):
-        if old.is_file():
-            old.unlink()
+    clear_folder(folder)
     summary_path = folder / "summary.json"
-    cmd = launch_command(name, nproc, args, folder, repo, script)
-    full_env = launch_environment({**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
-    start = time.monotonic()
-    with open(folder / "launcher.log", "w") as launcher_log:
-        launcher_log.write(" ".join(cmd) + "\n")
-        launcher_log.flush()
-        proc = subprocess.Popen(cmd, cwd=repo, env=full_env, stdout=launcher_log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    seconds = time.monotonic() - start
+    cmd = launch_command(name, nproc, args, folder, repo, script, master_port=free_port())
+    returncode, timed_out, seconds = run_process_group(cmd, folder, child_environment(env), timeout_s, cwd=repo)
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
-    return Run(name, proc.returncode, timed_out, seconds, folder, summary)
+    return Run(name, returncode, timed_out, seconds, folder, summary)
 
 
-def proxy_args(nproc: int, steps: int = 6, micro_batch: int = 2, microbatches: int = 4) -> list[str]:
-    """run_script arguments of the functional suite: the proxy at EP = nproc (nproc must divide 16)."""
+def proxy_args(nproc: int, steps: int = 6, micro_batch: int = 2, microbatches: int = 4,
+               recipe: str = "qwen3_moe_proxy") -> list[str]:
+    """run_script arguments of the functional suite: a proxy recipe at EP = nproc (nproc must divide 16)."""
     return [
-        "--recipe", "qwen3_moe_proxy", "--ep", str(nproc), "--max-steps", str(steps),
+        "--recipe", recipe, "--ep", str(nproc), "--max-steps", str(steps),
         "--micro-batch-size", str(micro_batch), "--global-batch-size", str(micro_batch * microbatches * nproc),
     ]

@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
 
 
 def _collect(args: argparse.Namespace) -> tuple[int, dict[str, Any], list[str]]:
-    from ..build import build, finalize
+    from ..pipeline import build, finalize
 
     spec = spec_from_args(args)
     out: dict[str, Any] = {"recipe": spec.recipe}

@@ -2,7 +2,7 @@
 
 Contract
 --------
-``main(argv)`` maps the flags onto a ``RunSpec`` (``tools.flags``) and builds it (``build.build``:
+``main(argv)`` maps the flags onto a ``RunSpec`` (``tools.flags``) and builds it (``pipeline.build``:
 recipe, sizes, EP overlap on or *really* off, overrides, one rule evaluation), then either
 
 * ``--dryrun``: runs MB's ``runtime_config_update`` for the described target (``--gpu``,
@@ -62,7 +62,7 @@ def writable_folder(path: str) -> Path:
 
 
 def dry_run(args: argparse.Namespace) -> int:
-    from ..build import build, finalize
+    from ..pipeline import build, finalize
 
     out = writable_folder(args.output_dir)
     built = build(spec_from_args(args))
@@ -82,7 +82,7 @@ def train(args: argparse.Namespace) -> int:
 
     faulthandler.enable(all_threads=True)  # a native crash (SIGSEGV in a kernel library) prints every thread's stack
     out = writable_folder(args.output_dir)
-    from ..build import build
+    from ..pipeline import build
     from ..target import shims
 
     shims.install()

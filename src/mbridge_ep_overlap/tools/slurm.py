@@ -4,7 +4,7 @@ Contract
 --------
 ``main(argv)`` (``scripts/launch_slurm.py``) maps its flags onto the same ``RunSpec`` as
 ``run_script.py`` (``tools.flags``), builds it for ``--nodes x --gpus-per-node`` GPUs of ``--gpu``
-(``build.build``: the config the job will build), refuses a config the rules refuse (exit 1, every
+(``pipeline.build``: the config the job will build), refuses a config the rules refuse (exit 1, every
 violation printed), and renders a job script that
 
 * requests the nodes / GPUs (partition, account, time, container only when given);
@@ -124,7 +124,7 @@ def render(args: argparse.Namespace, run_argv: list[str], env_vars: dict[str, st
 
 
 def _emit(args: argparse.Namespace) -> int:
-    from ..build import build
+    from ..pipeline import build
 
     spec = spec_from_args(args, num_gpus=args.nodes * args.gpus_per_node)
     with stdout_to_stderr():

@@ -156,4 +156,24 @@ def ncclep_static_shape_fused_gemm(f: Facts) -> bool:
             or bool(f.model("use_transformer_engine_op_fuser") and f.model("moe_grouped_gemm")))
 
 
+
+@family("dispatcher-healthy", When.OVERLAP, "model.moe_token_dispatcher_type",
+        required="a dispatcher whose buffer and round trip passed this node's smoke check",
+        needs=lambda f: dispatcher.health(f.dispatcher_name, f.env, _plan_env(f)) is not None,
+        current=lambda f: f"{f.dispatcher_name}: {dispatcher.health(f.dispatcher_name, f.env, _plan_env(f))}")
+def dispatcher_healthy(f: Facts) -> bool:
+    """the dispatcher failed `mbridge-ep-overlap doctor --smoke` on this node (a crash, a hang or a
+    wrong result in a two-rank dispatch/combine round trip): training would fail the same way.
+
+    Fix: use a dispatcher the smoke check passed (the verdict names the stage and cause), or fix the node
+    and run doctor --smoke again.
+    """
+    return dispatcher.health(f.dispatcher_name, f.env, _plan_env(f)) == "usable"
+
+
+def _plan_env(f: Facts) -> dict:
+    env_vars = getattr(f.cfg, "env_vars", None)
+    return {k: str(v) for k, v in env_vars.items()} if isinstance(env_vars, dict) else {}
+
+
 RULES = family.rules
