@@ -326,7 +326,7 @@ def addressable_s(knob: str, ev: dict) -> float:
         "flex_num_sms": max(g("contention_s"), g("exposed_inside_s")),
         "microbatches": g("edges_s") / 2 if ev.get("edges_s") is not None else g("exposed_outside_s") / 2,
         "cuda_device_max_connections": g("idle_inside_s"),
-        "delay_wgrad": g("exposed_inside_s"),
+        "delay_wgrad": float("inf") if ev.get("te") else 0.0,  # NVIDIA's perf recipes run it with TE
     }.get(knob, 0.0)
 
 
@@ -499,7 +499,7 @@ def tune(recipe: str, nproc: int, shape: str, link: str, out: Path, budget_s: fl
     mem_limit = overlap.result.peak_gib * (1 + mem_tolerance) if overlap.result.peak_gib else None
     best, best_trial = Candidate(), overlap
     bench.compare_to_baseline([off_trial.result, overlap.result])
-    ev = evidence(off_trial.result, overlap.result)
+    ev = {**evidence(off_trial.result, overlap.result), "te": te}
     order = order_knobs(list(knobs), ev)
     print(f"tune: {link}: evidence per step (s): {_fmt_evidence(ev)}; knob order: {', '.join(order)}", flush=True)
     for knob in order:
