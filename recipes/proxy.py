@@ -84,7 +84,7 @@ def qwen3_moe_proxy_te():
     set_fields(
         cfg.model,
         transformer_layer_spec=default_layer_spec, transformer_impl="transformer_engine", moe_grouped_gemm=True,
-        apply_rope_fusion=True, moe_permute_fusion=True, moe_router_fusion=True, gradient_accumulation_fusion=True,
+        apply_rope_fusion=True, moe_permute_fusion=True, moe_router_fusion=True, gradient_accumulation_fusion=False,
         cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te", bias_activation_fusion=True,
         masked_softmax_fusion=True,
     )

@@ -25,6 +25,20 @@ fi
 # A DeepEP built with NVSHMEM needs libnvshmem_host.so.3: the nvidia-nvshmem wheel torch uses.
 NVSHMEM_LIB=$(python3 -c 'import nvidia.nvshmem as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
 [ -d "$NVSHMEM_LIB" ] && export LD_LIBRARY_PATH="$NVSHMEM_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# cuDNN loads its engine sublibraries (and NVRTC for runtime-compiled engines) by name with dlopen:
+# TE 2.18's fused attention failed on 2x H200 with CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED with only
+# the cuDNN wheel's lib/ on the path (stop 11). Put the cuDNN and CUDA 13 runtime wheels' lib folders
+# on it (not yet verified on the GPU node; NVTE_FUSED_ATTN=0 is the fallback).
+for _lib in $(python3 - <<'PY' 2>/dev/null
+import importlib, os
+for name in ("nvidia.cudnn", "nvidia.cu13", "nvidia.cuda_nvrtc"):
+    try:
+        for p in importlib.import_module(name).__path__:
+            print(os.path.join(p, "lib"))
+    except Exception:
+        pass
+PY
+); do [ -d "$_lib" ] && export LD_LIBRARY_PATH="$_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; done; unset _lib
 # HybridEP JIT-compiles with $CUDA_HOME/bin/nvcc and links libnvtx3interop from the toolkit.
 if source scripts/gpu/cuda_home.sh; then
   export LD_LIBRARY_PATH="$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

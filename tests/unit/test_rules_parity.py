@@ -244,6 +244,7 @@ CASES = [
     Case("decentralized-process-groups", dist(use_decentralized_pg=True, use_gloo_process_groups=False)),
     Case("cpu-offloading", m(cpu_offloading=True)),
     Case("te-features-need-te", m(moe_permute_fusion=True)),
+    Case("grad-accum-fusion-needs-apex", m(gradient_accumulation_fusion=True), env={"apex_fused_wgrad": False}),
     Case("world-size-divisible", m(tensor_model_parallel_size=3, expert_model_parallel_size=8), env={"num_gpus": 16}),
     Case("expert-world-divisible", chain(m(expert_model_parallel_size=16), lambda cfg: setattr(cfg.train, "global_batch_size", 96)),
          env={"num_gpus": 24}),

@@ -126,6 +126,7 @@ def _static() -> dict:
         "deep_ep_nvshmem": info.nvshmem,
         "deep_ep_build": info.build or None,
         "dispatcher_health": health,
+        "apex_fused_wgrad": importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is not None,
     }
 
 

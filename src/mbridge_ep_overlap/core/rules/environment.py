@@ -72,4 +72,18 @@ def te_features_need_te(f: Facts) -> bool:
     return bool(f.te_usable) or not _te_features_on(f)
 
 
+
+@family("grad-accum-fusion-needs-apex", When.ALWAYS, "model.gradient_accumulation_fusion",
+        required="False, or APEX's fused_weight_gradient_mlp_cuda on the node",
+        needs=lambda f: f.env.apex_fused_wgrad is not None, current=lambda f: f.model("gradient_accumulation_fusion"))
+def grad_accum_fusion_needs_apex(f: Facts) -> bool:
+    """gradient_accumulation_fusion is on and APEX's fused_weight_gradient_mlp_cuda is missing: Megatron-Core's
+    ColumnParallelLinear (the output layer, even with TE layers) raises when the model is built, after setup
+    (seen on 2x H200 with TE 2.18 and no APEX)
+
+    Fix: set model.gradient_accumulation_fusion=False, or install APEX with its CUDA extensions on the nodes.
+    """
+    return not f.model("gradient_accumulation_fusion") or bool(f.env.apex_fused_wgrad)
+
+
 RULES = family.rules
