@@ -70,9 +70,11 @@ def qwen3_moe_proxy_te():
     * ``transformer_impl="transformer_engine"`` and MB's ``default_layer_spec`` (TE linear layers
       with fused layer norm, TE attention, ``TEGroupedMLP`` experts: ``moe_grouped_gemm=True``);
     * the TE fusions Transformer Engine 2.18 has on H100/H200: ``apply_rope_fusion``,
-      ``moe_permute_fusion``, ``moe_router_fusion`` (TE >= 2.7), ``gradient_accumulation_fusion``
-      (TE's fused wgrad accumulation into ``main_grad``), ``cross_entropy_loss_fusion`` with
+      ``moe_permute_fusion``, ``moe_router_fusion`` (TE >= 2.7), ``cross_entropy_loss_fusion`` with
       ``cross_entropy_fusion_impl="te"``, and ``bias_activation_fusion`` (MCore's fused SwiGLU).
+    ``gradient_accumulation_fusion`` is the one fusion MB's recipes set that stays off: MCore's
+    non-TE linear layers need APEX's ``fused_weight_gradient_mlp_cuda`` for it (rule
+    grad-accum-fusion-needs-apex), and the GPU node this proxy is proven on has no APEX.
     ``persist_layer_norm`` stays off: MB's Qwen3 bridge does not set it and it selects Apex's
     persistent LayerNorm kernel, which TE layers (their norms are TE's) never use. Everything else -
     shape, mock data, tokenizer, optimizer (plain Adam, no precision-aware optimizer), batch sizes,

@@ -71,11 +71,11 @@ def test_flags_after_double_dash_win_over_the_shape():
     assert spec.overrides[-1] == "model.moe_ffn_hidden_size=1536" and "model.moe_ffn_hidden_size=3072" in spec.overrides
 
 
-def test_unknown_shape_is_a_usage_error(capsys):
+def test_unknown_shape_is_a_usage_error(capsys, tmp_path):
     from mbridge_ep_overlap.tools.cli import main
 
     with pytest.raises(SystemExit) as excinfo:
-        main(["bench", "--shape", "huge", "--out", "out/never"])
+        main(["bench", "--shape", "huge", "--out", str(tmp_path / "never")])
     err = capsys.readouterr().err
     assert excinfo.value.code == 2 and "--shape" in err and len(err.strip().splitlines()) == 1
 

@@ -55,42 +55,28 @@ class Case:
     forward_step: Callable | None = None
 
 
-def m(**fields):
-    def mutate(cfg):
-        for k, v in fields.items():
-            setattr(cfg.model, k, v)
+def section(name: str | None):
+    """A mutator factory that sets fields on one config section (``None``: the container itself)."""
 
-    return mutate
+    def factory(**fields):
+        def mutate(cfg):
+            target = cfg if name is None else getattr(cfg, name)
+            for k, v in fields.items():
+                setattr(target, k, v)
+
+        return mutate
+
+    return factory
+
+
+m, co, ddp, set_cfg = section("model"), section("comm_overlap"), section("ddp"), section(None)
+dataset, dist, train = section("dataset"), section("dist"), section("train")
 
 
 def chain(*fns):
     def mutate(cfg):
         for fn in fns:
             fn(cfg)
-
-    return mutate
-
-
-def co(**fields):
-    def mutate(cfg):
-        for k, v in fields.items():
-            setattr(cfg.comm_overlap, k, v)
-
-    return mutate
-
-
-def ddp(**fields):
-    def mutate(cfg):
-        for k, v in fields.items():
-            setattr(cfg.ddp, k, v)
-
-    return mutate
-
-
-def set_cfg(**fields):
-    def mutate(cfg):
-        for k, v in fields.items():
-            setattr(cfg, k, v)
 
     return mutate
 
@@ -142,30 +128,6 @@ def gemma4(cfg):
 
 def packed_sequences(cfg):
     cfg.dataset.enable_in_batch_packing = True  # what MB's in-batch packing dataset configs set
-
-
-def dataset(**fields):
-    def mutate(cfg):
-        for k, v in fields.items():
-            setattr(cfg.dataset, k, v)
-
-    return mutate
-
-
-def dist(**fields):
-    def mutate(cfg):
-        for k, v in fields.items():
-            setattr(cfg.dist, k, v)
-
-    return mutate
-
-
-def train(**fields):
-    def mutate(cfg):
-        for k, v in fields.items():
-            setattr(cfg.train, k, v)
-
-    return mutate
 
 
 DELAY = chain(co(delay_wgrad_compute=True), m(transformer_impl="transformer_engine"), ddp(overlap_grad_reduce=False))

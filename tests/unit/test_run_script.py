@@ -101,10 +101,10 @@ def test_usage_errors_are_one_line_exit_2(argv, needle, capsys, tmp_path):
     assert len(err.splitlines()) == 1, err
 
 
-def test_script_entry_point_dry_run():
+def test_script_entry_point_dry_run(tmp_path):
     result = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "run_script.py"), "--recipe", "qwen3_30b_a3b", "--ep-overlap", "on",
-         "--dispatcher", "alltoall", "--dryrun", "--output-dir", "out/test_entry"],
+         "--dispatcher", "alltoall", "--dryrun", "--output-dir", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
