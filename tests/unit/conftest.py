@@ -9,9 +9,20 @@ from __future__ import annotations
 
 import copy
 import os
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# Hypothesis keeps its example database and caches in ./.hypothesis by default; unit tests write
+# nothing into the checkout, so its home is a temporary folder removed when the session ends.
+_HYPOTHESIS_HOME = tempfile.TemporaryDirectory(prefix="mbridge-ep-overlap-hypothesis-")
+try:
+    from hypothesis.configuration import set_hypothesis_home_dir
+except ImportError:  # only test_bad_input needs hypothesis; it says so itself
+    pass
+else:
+    set_hypothesis_home_dir(_HYPOTHESIS_HOME.name)
 
 import pytest  # noqa: E402
 
