@@ -17,7 +17,7 @@ if [ -d .gpu-wheels ] && ls .gpu-wheels/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu-wheels/*.whl \
     || { echo "gpu/env.sh: wheel install failed" >&2; return 1; }
 fi
-# DeepEP, when a wheel built by scripts/gpu/build_deepep.sh was carried along in .deepep-wheel/.
+# DeepEP, when a wheel of it (built beside this repository) was carried along in .deepep-wheel/.
 if ls .deepep-wheel/deep_ep-*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .deepep-wheel/deep_ep-*.whl \
     || { echo "gpu/env.sh: DeepEP wheel install failed" >&2; return 1; }

@@ -479,12 +479,7 @@ def check_deep_ep_install() -> None:
         line("SKIP", "deep_ep", f"not importable: {e}")
         return
     base = os.path.dirname(deep_ep.__file__)
-    rec = os.path.join(base, "ep_overlap_build.json")
-    record = "none"
-    if os.path.exists(rec):
-        with open(rec) as f:
-            record = " ".join(f.read().split())
-    line("INFO", "deep_ep", f"{base}; hybrid_ep_cpp {hybrid_ep_cpp.__file__}; build record {record}")
+    line("INFO", "deep_ep", f"{base}; hybrid_ep_cpp {hybrid_ep_cpp.__file__}")
     cuda_home = os.environ.get("CUDA_HOME", "")
     nvcc = os.path.join(cuda_home, "bin", "nvcc")
     line("OK" if os.access(nvcc, os.X_OK) else "WARN", "hybridep jit nvcc",

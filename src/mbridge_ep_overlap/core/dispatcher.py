@@ -106,7 +106,7 @@ def problems(backend: str, target) -> list[str]:
                        else f"deep_ep {target.deep_ep_version} has no HybridEPBuffer (build DeepEP's hybrid-ep branch)")
     if not nvshmem_ok(backend, target):
         out.append(f"deep_ep {target.deep_ep_version} was built without NVSHMEM: Megatron-Core 0.19's DeepEP buffer "
-                   "sizing fails on it at any EP size (rebuild with DEEPEP_NVSHMEM=auto)")
+                   "sizing fails on it at any EP size (rebuild it with NVSHMEM: NVSHMEM_DIR set or the nvidia-nvshmem wheel installed)")
     return out
 
 

@@ -57,7 +57,7 @@ class ClusterEnvironment:
     deep_ep_version: str | None = None  # "" = known missing, None = unknown
     hybrid_ep_available: bool | None = None
     deep_ep_nvshmem: bool | None = None  # built with NVSHMEM (internode kernels); None = unknown
-    deep_ep_build: str | None = None  # one line: source commit, arch list, kernels (doctor)
+    deep_ep_build: str | None = None  # one line on the DeepEP build: its NVSHMEM kernels (doctor)
     te_nccl_ep: bool | None = None  # TE built with NCCL EP (transformer_engine.pytorch.ep); None = unknown
     apex_fused_wgrad: bool | None = None  # APEX's fused_weight_gradient_mlp_cuda importable; None = unknown
     dispatcher_health: dict[str, str] | None = None  # this node's `doctor --smoke` verdicts; None = not checked

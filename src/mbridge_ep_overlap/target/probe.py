@@ -2,24 +2,19 @@
 
 Contract: reads this process and machine; never initialises CUDA beyond reading device properties
 and never imports DeepEP's kernels on a machine without a GPU. Unknown facts stay ``None``. The
-installed-package facts (versions, the DeepEP build) are read once per process; the world size and
+installed-package facts (versions, DeepEP's kernels) are read once per process; the world size and
 environment variables are read at each call (a launcher may set them later).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.resources
 import importlib.util
-import json
 import os
 from dataclasses import dataclass
 
 from . import gpus
 from .cluster import RELEVANT_ENV_VARS, ClusterEnvironment, dist_version, installed_versions
-
-BUILD_RECORD = "ep_overlap_build.json"  # written into the wheel by scripts/gpu/build_deepep.sh
-
 
 def te_version_here() -> str:
     """Version of the Transformer Engine that imports in this process ("" when none does)."""
@@ -36,21 +31,6 @@ class DeepEPInfo:
     hybrid_ep: bool = False
     nvshmem: bool | None = None
     build: str = ""
-
-
-def summarize_deep_ep_build(record: dict) -> str:
-    """One line from a build record: where the source came from, for which GPUs, which kernels."""
-    src = record.get("source") or {}
-    commit = (src.get("commit") or "")[:9]
-    origin = f"{src.get('ref', '?')}@{commit}" if commit else "unknown source"
-    parts = [origin, f"TORCH_CUDA_ARCH_LIST={record.get('torch_cuda_arch_list', '?')}"]
-    parts.append("NVSHMEM: yes" if record.get("nvshmem") else "NVSHMEM: no")
-    if record.get("kernels"):
-        parts.append(f"kernels: {record['kernels']}")
-    parts.append(f"HybridEP: {'yes' if record.get('hybrid_ep') else 'no'}")
-    if record.get("torch"):
-        parts.append(f"built for torch {record['torch']}")
-    return ", ".join(parts)
 
 
 def _te_has_nccl_ep() -> bool:
@@ -78,22 +58,14 @@ def _links_nvshmem(module_name: str) -> bool | None:
 
 @functools.lru_cache(maxsize=1)
 def deep_ep_info() -> DeepEPInfo:
-    """What ``deep_ep`` is here: version, HybridEP, NVSHMEM kernels and the build record if any."""
+    """What ``deep_ep`` is here: version, HybridEP, and whether its extension links NVSHMEM."""
     try:
         import deep_ep
     except Exception:  # ImportError, or OSError from a build for another CUDA
         return DeepEPInfo("")
     version = getattr(deep_ep, "__version__", "") or dist_version("deep_ep", "deep-ep") or "unknown"
-    try:
-        record = json.loads((importlib.resources.files("deep_ep") / BUILD_RECORD).read_text())
-    except (OSError, ValueError):
-        record = None
-    nvshmem = record.get("nvshmem") if record else _links_nvshmem("deep_ep_cpp")
-    if record:
-        build = summarize_deep_ep_build(record)
-    else:
-        yes_no = "unknown" if nvshmem is None else ("yes" if nvshmem else "no")
-        build = f"no build record (not built by scripts/gpu/build_deepep.sh); NVSHMEM: {yes_no}"
+    nvshmem = _links_nvshmem("deep_ep_cpp")
+    build = "NVSHMEM kernels: " + ("unknown" if nvshmem is None else ("yes" if nvshmem else "no"))
     return DeepEPInfo(version, hasattr(deep_ep, "HybridEPBuffer"), nvshmem, build)
 
 

@@ -1,8 +1,8 @@
 """``mbridge-ep-overlap doctor``: this machine in a block a user can paste into an issue.
 
 Contract: versions (Python, torch, Megatron-Core, Megatron-Bridge, Transformer Engine, DeepEP and
-its build record), GPUs, NCCL, NVSHMEM, the relevant environment variables, the active import
-shims and the megatron-core dataset-helper gap, then a verdict per dispatcher from the same facts
+whether it has NVSHMEM kernels), GPUs, NCCL, NVSHMEM, the relevant environment variables, the
+active import shims and the megatron-core dataset-helper gap, then a verdict per dispatcher from the same facts
 the rules read (``core.dispatcher.problems``) plus this node's cached smoke-check verdict
 (``tools.smoke``), and what ``auto`` picks here. ``--smoke`` then runs the smoke check (each
 backend's buffer on two ranks, one dispatch/combine round trip with a result check, in a

@@ -341,7 +341,7 @@ def _installed_problem(backend: str) -> str | None:
 
     info = deep_ep_info()
     if not info.version:
-        return "deep_ep does not import (scripts/gpu/build_deepep.sh; README, section DeepEP)"
+        return "deep_ep does not import (install DeepEP's hybrid-ep branch; README, section DeepEP)"
     if backend == "hybridep" and not info.hybrid_ep:
         return f"deep_ep {info.version} has no HybridEPBuffer (build DeepEP's hybrid-ep branch)"
     return None

@@ -71,8 +71,8 @@ def deepep_built_with_nvshmem(f: Facts) -> bool:
     DeepEP built without NVSHMEM refuses even for one node (DeepEP: "NVSHMEM is disable during
     compilation"); the first MoE layer fails.
 
-    Fix: rebuild DeepEP with NVSHMEM (DEEPEP_NVSHMEM=auto bash scripts/gpu/build_deepep.sh, README
-    section DeepEP), or use dispatcher='hybridep' / 'alltoall'.
+    Fix: rebuild DeepEP with NVSHMEM (its setup.py uses NVSHMEM_DIR or the installed nvidia-nvshmem
+    wheel; README section DeepEP), or use dispatcher='hybridep' / 'alltoall'.
     """
     return dispatcher.nvshmem_ok(f.flex_backend, f.env)
 
