@@ -48,6 +48,7 @@ def resolve_target(spec: RunSpec, recipe: Recipe) -> ClusterEnvironment:
         return probe()
     gpu, num = t.gpu or recipe.entry.gpu, t.num_gpus or recipe.entry.num_gpus
     if gpu is None or num is None:
+        recipe.config(spec.hf_config_dir)  # a MODULE:FUNCTION that is no recipe is the first thing to say
         raise UsageError("target", f"{'?' if gpu is None else gpu} x {'?' if num is None else num} GPUs",
                          f"--gpu and --num-gpus (recipe {recipe.name} does not say which cluster it is for)")
     return describe(gpu, num, te_version=te_version(t.te), deep_ep_version=deep_ep_version(t.deep_ep))
@@ -153,6 +154,25 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
         report.raise_for_errors("build")
         plan = None
     return Built(spec, recipe, target, cfg, plan, report)
+
+
+def check_overrides(spec: RunSpec, *, target: ClusterEnvironment | None = None) -> None:
+    """``spec``'s sizes and overrides applied to a fresh config of its recipe, nothing else built or
+    judged: the launchers (bench, tune) call it so that a bad override is bad usage (``UsageError``)
+    before any job starts, not a failed row after one."""
+    from .target import shims
+
+    shims.install()
+    spec = spec.validated()
+    recipe = resolve_recipe(spec.recipe)
+    recipe.function()
+    target = target or resolve_target(spec, recipe)
+    from .target.simulate import simulate
+
+    with simulate(target) if target.described else contextlib.nullcontext():
+        cfg = recipe.config(spec.hf_config_dir)
+        apply_sizes(cfg, spec)
+        apply_overrides(cfg, spec.overrides)
 
 
 def finalize(built: Built):

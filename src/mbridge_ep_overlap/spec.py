@@ -188,7 +188,7 @@ class Recipe:
                                  f"a recipe that builds here; it raised {type(e).__name__}: {first}", "failing") from None
         if not isinstance(cfg, ConfigContainer):
             raise UsageError("recipe function", self.entry.function,
-                             f"a function returning a ConfigContainer (it returned {type(cfg).__name__})")
+                             f"a function returning a ConfigContainer (it returned {type(cfg).__name__})", "invalid")
         return cfg
 
 

@@ -6,7 +6,8 @@ check runs first, in parallel with the non-flex runs, or its verdicts are reused
 cache when ``doctor --smoke`` ran within ``EP_OVERLAP_SMOKE_MAX_AGE`` seconds (default 3600;
 ``EP_OVERLAP_SMOKE=fresh`` forces a new check). A flex run whose backend is not usable is not
 launched and its tests skip with the verdict, while ``test_dispatcher_health`` fails on a crash,
-hang or wrong result. ``te`` test ids skip with the reason when Transformer Engine does not import.
+hang or wrong result. ``te`` test ids skip with the reason when Transformer Engine does not import;
+``EP_OVERLAP_STACKS=local`` (or ``te``) deselects the other stack's tests.
 The terminal summary lists every run's wall time and step times.
 """
 
@@ -16,14 +17,37 @@ import os
 from pathlib import Path
 
 import pytest
-from functional_suite import NotRun, Suite, gpu_count, te_problem
+from functional_suite import STACKS, NotRun, Suite, gpu_count, te_problem
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "runs(*names): the suite runs a test uses ('{stack}': its parameter)")
+    config.addinivalue_line("markers", "stack(name): the layer stack a test runs on when it has no stack parameter")
+
+
+def selected_stacks() -> set[str]:
+    """``EP_OVERLAP_STACKS`` (comma list of ``local``, ``te``; default both): the layer stacks to test."""
+    raw = os.environ.get("EP_OVERLAP_STACKS", "").strip()
+    chosen = {s.strip() for s in raw.split(",") if s.strip()} if raw else set(STACKS)
+    if chosen - set(STACKS):
+        raise pytest.UsageError(f"EP_OVERLAP_STACKS={raw!r}: unknown stack(s) {sorted(chosen - set(STACKS))}; "
+                                f"allowed: {', '.join(STACKS)}")
+    return chosen
+
+
+def _stacks_of(item) -> set[str]:
+    """The layer stacks a test exercises: its ``stack`` parameter and the stacks of the runs it uses."""
+    named = {_stack_of(item)} | {name.split("-", 1)[0] for name in runs_of(item)}
+    named |= {stack for mark in item.iter_markers("stack") for stack in mark.args}
+    return named & set(STACKS)
 
 
 def pytest_collection_modifyitems(config, items):
+    wanted = selected_stacks()
+    dropped = [item for item in items if _stacks_of(item) and not _stacks_of(item) & wanted]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in dropped]
     need = int(os.environ.get("EP_OVERLAP_TEST_GPUS", "2"))
     have = gpu_count()
     if have < need:

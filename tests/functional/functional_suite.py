@@ -144,14 +144,16 @@ class Suite:
 
     def flex_gate(self, backend: str) -> str | None:
         """Why the backend's run is not launched (None: its smoke verdict is usable)."""
-        from mbridge_ep_overlap.tools import smoke
+        import dataclasses
 
-        verdicts = self.smoke()
-        texts = {name: v.text for name, v in verdicts.items()}
-        # The plan sets USE_MNNVL=0 for HybridEP on NVLink domains of <= 8 GPUs (core.enable) and MB applies
-        # cfg.env_vars with setdefault: a caller's USE_MNNVL wins. Judge the path training will take.
-        env = {"USE_MNNVL": os.environ.get("USE_MNNVL") or "0"} if backend == "hybridep" else {}
-        verdict = smoke.effective(texts, backend, env)
+        from mbridge_ep_overlap.core.dispatcher import health
+        from mbridge_ep_overlap.target.probe import probe
+
+        texts = {name: v.text for name, v in self.smoke().items()}
+        # The rules' own reader: HybridEP on an NVLink domain of <= 8 GPUs runs with the plan's
+        # USE_MNNVL=0 unless the caller set USE_MNNVL (MB applies cfg.env_vars with setdefault).
+        caller = {"USE_MNNVL": os.environ["USE_MNNVL"]} if os.environ.get("USE_MNNVL") else {}
+        verdict = health(backend, dataclasses.replace(probe(), dispatcher_health=texts), caller)
         if verdict == "usable":
             return None
         return (f"{backend} is not usable on this node (smoke check: {verdict or 'not checked'}; "

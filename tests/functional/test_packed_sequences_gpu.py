@@ -47,7 +47,7 @@ import pytest
 from mbridge_ep_overlap.tools.launch import LOG_ROOT, launch
 from mbridge_ep_overlap.tools.numerics import BF16_RTOL, compare_losses, losses_from_summary
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.stack("te")]  # TE's THD attention
 
 NPROC = 2  # the recipe is written for 2x H200: EP = DP = 2
 STEPS = 8

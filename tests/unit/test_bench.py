@@ -199,3 +199,17 @@ def test_no_profile_flag_when_profile_is_zero(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "launch", fake_launch)
     rows = bench.run_bench("qwen3_moe_proxy", 2, ["overlap"], ["nvlink"], tmp_path / "o", steps=4, profile=0)
     assert all("--profile-steps" not in a for a in seen) and rows[1].run_s == 1.0 and rows[1].run == str(tmp_path / "o")
+
+
+@pytest.mark.parametrize("extra", [["model.no_such_field=1"], ["model.hidden_size=${oops}"], ["model=3"]])
+def test_bad_override_is_usage_before_any_launch(tmp_path, monkeypatch, extra):
+    """An override after ``--`` that MB cannot apply is bad usage (exit 2) found before torchrun
+    starts, not a failed row per variant."""
+    from mbridge_ep_overlap.tools import bench
+
+    launched = []
+    monkeypatch.setattr(bench, "launch", lambda *a, **k: launched.append(a))
+    with pytest.raises(UsageError, match="override"):
+        bench.run_bench("qwen3_moe_proxy", 2, ["overlap"], ["nvlink"], tmp_path / "o", steps=4, profile=0,
+                        extra=extra)
+    assert launched == []

@@ -235,3 +235,22 @@ def test_high_priority_a2a_stream_is_opt_in_recorded_and_survives_finalize(proxy
     assert proxy_cfg.model.high_priority_a2a_comm_stream is True
     with pytest.raises(UsageError, match="high_priority_a2a"):
         enable_ep_overlap(proxy_cfg, "alltoall", high_priority_a2a="yes", environment=h100x2)
+
+
+def test_a_refusal_with_overlap_off_says_so_and_overlap_only_rules_stay_quiet(capsys, tmp_path):
+    """With EP overlap off only the rules about the run itself answer (a TE feature on a TE-less
+    target, say), and the refusal does not claim EP overlap was refused; the overlap-only trap
+    inter-document-masking is not raised for an overlap-off config."""
+    from mbridge_ep_overlap import RunSpec, build
+    from mbridge_ep_overlap.spec import TargetSpec
+
+    def spec(*overrides):
+        return RunSpec(recipe="qwen3_moe_proxy", ep_overlap=False, overrides=overrides,
+                       target=TargetSpec(gpu="h100", num_gpus=2, te="none"))
+
+    built = build(spec("dataset.inter_document_masking=true"))
+    assert "inter-document-masking" not in {v.rule_id for v in built.report.violations}
+    with pytest.raises(EPOverlapError) as e:
+        build(spec("model.moe_permute_fusion=true"))
+    assert str(e.value).startswith("config refused (EP overlap off) (build)")
+    assert "te-features-need-te" in str(e.value)

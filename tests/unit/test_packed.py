@@ -429,7 +429,8 @@ def test_stock_step_launcher_trains_with_mb_stock_step_after_recording_the_refus
     assert RULE in recorder.meta["refused_with_mb_stock_step"]
     assert recorder.meta["forward_step"] == "megatron.bridge.training.gpt_step.forward_step"
     assert str(recorder.summary_path) == str(tmp_path / "summary.json")
-    assert launcher.main(argv + ["--dryrun"]) == 2
+    bare = [a for i, a in enumerate(argv) if a != "--summary-json" and argv[i - 1] != "--summary-json"]
+    assert launcher.main(bare + ["--dryrun"]) == 2  # the launcher only trains
 
 
 def test_gpu_proof_writes_its_loss_table(monkeypatch, tmp_path):
@@ -482,3 +483,50 @@ def test_gpu_proof_writes_its_loss_table(monkeypatch, tmp_path):
     runs["stock"].summary["steps"] = runs["off"].summary["steps"]  # a stock run that matched would fail the proof
     with pytest.raises(AssertionError):
         gpu.test_mb_stock_step_differs_from_overlap_off(runs)
+
+
+# ---- finalize inside MB's pretrain() judges the step pretrain() was given -----------------------------
+@pytest.mark.parametrize("ours", [False, True], ids=["mb-stock-step", "our-step"])
+def test_pretrain_finalize_judges_the_step_it_was_given(monkeypatch, ours):
+    """The README pattern: ``enable_ep_overlap(cfg)`` without naming the step, then MB's real
+    ``pretrain(cfg, step)``; its ``runtime_config_update`` refuses MB's stock step with packed data.
+    Only the training loop after finalize is faked (no GPU here)."""
+    import megatron.bridge.training.pretrain as mb_pretrain
+    from megatron.bridge.training.gpt_step import forward_step as mb_forward_step
+
+    from mbridge_ep_overlap import enable_ep_overlap
+    from mbridge_ep_overlap.target.cluster import describe
+    from mbridge_ep_overlap.target.offline import offline_architectures
+    from mbridge_ep_overlap.target.simulate import simulate
+
+    target = describe("h200", 2, te_version="2.18.0")
+    trained = []
+    monkeypatch.setattr(mb_pretrain, "_pretrain", lambda **kw: trained.append(kw["forward_step_func"]))
+    with offline_architectures(), simulate(target):
+        cfg = qwen3_moe_proxy_packed()
+        enable_ep_overlap(cfg, environment=target)
+        step = our_forward_step if ours else mb_forward_step
+        if ours:
+            mb_pretrain.pretrain(cfg, step)
+            assert trained == [step]
+        else:
+            with pytest.raises(EPOverlapError) as e:
+                mb_pretrain.pretrain(cfg, step)
+            assert RULE in {v.rule_id for v in e.value.violations} and trained == []
+
+
+# ---- "does this run feed packed batches" answers as MB 0.6.2's own _uses_packed_sequence_metadata --
+@pytest.mark.parametrize("offline,in_batch,size", [
+    (True, False, 1024), (True, False, None), (True, False, 0), (True, False, -1), (False, True, None),
+    (False, False, 1024),
+])
+def test_feeds_packed_sequences_matches_mb(built, offline, in_batch, size):
+    from megatron.bridge.training.gpt_step import _uses_packed_sequence_metadata
+
+    cfg = copy.deepcopy(built.cfg)
+    cfg.dataset.enable_offline_packing, cfg.dataset.enable_in_batch_packing = offline, in_batch
+    cfg.dataset.offline_packing_specs.packed_sequence_size = size
+    if offline or in_batch:
+        assert feeds_packed_sequences(cfg) is _uses_packed_sequence_metadata(cfg)
+    else:  # MB says no; this recipe's own provider (synthetic THD rows) may emit cu_seqlens: unknown
+        assert _uses_packed_sequence_metadata(cfg) is False and feeds_packed_sequences(cfg) is None

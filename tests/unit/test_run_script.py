@@ -109,3 +109,40 @@ def test_script_entry_point_dry_run(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "overlap_moe_expert_parallel_comm: True" in result.stdout
+
+
+def test_training_without_a_gpu_is_one_line_exit_2_after_the_plan(capsys, tmp_path, monkeypatch):
+    """Training here (no CUDA GPU) would die in Megatron's initialize with a bare assertion; the
+    config is still built and judged first (a refusal stays exit 1 on any machine)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code = main(["--recipe", "qwen3_moe_proxy", "--output-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 2 and "cannot train on this machine" in err and "--dryrun" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "overlap" in out  # the plan was printed before the answer
+    code = main(["--recipe", "qwen3_moe_proxy", "--output-dir", str(tmp_path), "model.mtp_num_layers=2"])
+    assert code == 1 and "mtp-layers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--dryrun", "--summary-json", "s.json"], "--summary-json applies to training"),
+    (["--dryrun", "--profile-steps", "2:4"], "--profile-steps applies to training"),
+])
+def test_training_only_flags_with_dryrun_are_usage(argv, needle, capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        main(["--recipe", "qwen3_moe_proxy", "--output-dir", str(tmp_path), *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_unwritable_summary_json_is_usage_before_anything_is_built(capsys, tmp_path, monkeypatch):
+    from mbridge_ep_overlap import pipeline
+
+    monkeypatch.setattr(pipeline, "build", lambda *a, **k: pytest.fail("built before the path was checked"))
+    (tmp_path / "file").write_text("")
+    for bad in (tmp_path / "file" / "s.json", tmp_path):
+        code = main(["--recipe", "qwen3_moe_proxy", "--output-dir", str(tmp_path / "o"), "--summary-json", str(bad)])
+        err = capsys.readouterr().err
+        assert code == 2 and "cannot use" in err and "Traceback" not in err, err

@@ -67,3 +67,22 @@ def test_script_entry_prints_only_the_job_script(tmp_path):
     job = tmp_path / "job.sbatch"
     job.write_text(result.stdout)
     assert subprocess.run(["bash", "-n", str(job)]).returncode == 0
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--recipe", "qwen3_30b_a3b", "--nodes", "2", "--num-gpus", "8"], "inconsistent --num-gpus 8; allowed: 16"),
+    (["--recipe", "qwen3_30b_a3b", "--nodes", "2", "--gpus-per-node", "4", "--num-gpus", "16"], "allowed: 8"),
+    (["--recipe", "qwen3_30b_a3b", "--gpu", "gb200", "--nodes", "4", "--gpus-per-node", "8"], "at most 4"),
+])
+def test_job_size_flags_that_disagree_are_usage(capsys, argv, needle):
+    """--num-gpus is a run flag; the job's size is --nodes x --gpus-per-node and wins silently no more."""
+    code, out, err = script(capsys, *argv)
+    assert code == 2 and out == "" and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_gpus_per_node_defaults_to_the_gpu_kinds_node(capsys):
+    code, out, err = script(capsys, "--recipe", "qwen3_30b_a3b", "--gpu", "gb200", "--nodes", "4")
+    assert code == 0, err
+    assert "#SBATCH --gpus-per-node=4" in out and "--nproc_per_node 4" in out
+    code, out, err = script(capsys, "--recipe", "qwen3_30b_a3b", "--nodes", "2", "--num-gpus", "16")
+    assert code == 0 and "#SBATCH --gpus-per-node=8" in out, err

@@ -9,12 +9,14 @@ faulthandler's report as Python 3.12 prints it; two tests launch the real worker
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from mbridge_ep_overlap.core.dispatcher import IPC_HEALTH_KEY, health
 from mbridge_ep_overlap.target.cluster import describe
 from mbridge_ep_overlap.tools import launch, smoke
 from mbridge_ep_overlap.tools.smoke import Verdict, classify
@@ -130,15 +132,16 @@ def test_exception_missing_package_and_cpu_box():
     assert smoke.report_lines(results) == ["dispatcher smoke check: cannot run: no CUDA GPU (torch.cuda.is_available() is False)"]
 
 
-def test_doctor_smoke_on_a_cpu_box_is_one_line_and_exit_0(monkeypatch, capsys):
+def test_doctor_smoke_on_a_cpu_box_is_one_line_and_exit_2(monkeypatch, capsys):
     from mbridge_ep_overlap.tools import cli, doctor
 
     assert cli.build_parser().parse_args(["doctor", "--smoke"]).smoke is True
     monkeypatch.setattr(doctor, "doctor_lines", lambda: ["mbridge-ep-overlap doctor"])
-    assert doctor.main(argparse.Namespace(smoke=True)) == 0
+    assert doctor.main(argparse.Namespace(smoke=True)) == 2
     out = capsys.readouterr()
     assert out.out.splitlines()[-1] == "dispatcher smoke check: cannot run: no CUDA GPU (torch.cuda.is_available() is False)"
     assert "Traceback" not in out.out + out.err
+    assert doctor.main(argparse.Namespace(smoke=False)) == 0  # plain doctor reports, never fails
 
 
 # ---- HybridEP: the USE_MNNVL=0 retry names the cause ---------------------------------------------------
@@ -168,9 +171,9 @@ def gpu_node(monkeypatch, tmp_path):
 def test_hybridep_crash_then_ipc_usable_names_the_fabric_path(gpu_node, tmp_path):
     crash = Verdict("hybridep", "crashed", stage="HybridEPBuffer init", signal="SIGSEGV", info=FABRIC)
     calls = gpu_node({"alltoall": Verdict("alltoall", "usable"), "deepep": Verdict("deepep", "usable"),
-                      "hybridep": crash, smoke.IPC_VARIANT: Verdict(smoke.IPC_VARIANT, "usable")})
+                      "hybridep": crash, IPC_HEALTH_KEY: Verdict(IPC_HEALTH_KEY, "usable")})
     results = smoke.run()
-    assert calls[-1] == (smoke.IPC_VARIANT, {"USE_MNNVL": "0"})
+    assert calls[-1] == (IPC_HEALTH_KEY, {"USE_MNNVL": "0"})
     line = results["hybridep"].line()
     assert line.startswith("hybridep: crashed (SIGSEGV) in HybridEPBuffer init on this node; with USE_MNNVL=0")
     assert "fabric-handle path" in line
@@ -178,9 +181,14 @@ def test_hybridep_crash_then_ipc_usable_names_the_fabric_path(gpu_node, tmp_path
     assert list(cached) == ["h200-node | GPUs ab12 | driver 580.95 | deep_ep 1.2.1 (x)"]
     texts = {name: v.text for name, v in smoke.load().items()}
     assert texts == {"alltoall": "usable", "deepep": "usable",
-                     "hybridep": "crashed (SIGSEGV) in HybridEPBuffer init", smoke.IPC_VARIANT: "usable"}
-    assert smoke.effective(texts, "hybridep", {"USE_MNNVL": "0"}) == "usable"
-    assert smoke.effective(texts, "hybridep", {}) == "crashed (SIGSEGV) in HybridEPBuffer init"
+                     "hybridep": "crashed (SIGSEGV) in HybridEPBuffer init", IPC_HEALTH_KEY: "usable"}
+    # the one reader of the verdicts (rules, auto, doctor, the GPU suite): the plan's USE_MNNVL=0 on an
+    # NVLink domain of <= 8 GPUs takes the IPC verdict; a caller's USE_MNNVL=1 takes the fabric one
+    node = describe("h200", 2)
+    node = dataclasses.replace(node, dispatcher_health=texts)
+    assert health("hybridep", node) == "usable"
+    assert health("hybridep", node, {"USE_MNNVL": "1"}) == "crashed (SIGSEGV) in HybridEPBuffer init"
+    assert health("hybridep", dataclasses.replace(node, nvlink_domain_size=72)) == "crashed (SIGSEGV) in HybridEPBuffer init"
 
 
 def test_hybridep_failure_on_ipc_handles_is_not_blamed_on_fabric(gpu_node):
@@ -278,3 +286,24 @@ def test_ranks_terminated_after_an_exception_are_not_a_crash(tmp_path):
     run = launch.Run("local-off", 1, False, 20.0, tmp_path, None)
     assert run.crash() is None
     assert run.describe_failure().splitlines()[0] == "run 'local-off' exit code 1 after 20s"
+
+
+@pytest.mark.parametrize("outcomes,code", [
+    ({"alltoall": "usable", "deepep": "usable", "hybridep": "usable"}, 0),
+    ({"alltoall": "usable", "deepep": "crashed", "hybridep": "usable"}, 1),
+    ({"alltoall": "usable", "deepep": "usable", "hybridep": "hung", IPC_HEALTH_KEY: "hung"}, 1),
+    ({"alltoall": "usable", "deepep": "usable", "hybridep": "crashed", IPC_HEALTH_KEY: "usable"}, 0),
+    ({"alltoall": "usable", "deepep": "usable", "hybridep": "crashed", IPC_HEALTH_KEY: "wrong"}, 1),
+    ({"alltoall": "usable", "deepep": "missing", "hybridep": "missing"}, 0),
+])
+def test_doctor_smoke_exit_code_says_whether_a_backend_failed(gpu_node, monkeypatch, capsys, outcomes, code):
+    """0: every installed backend passed on the path training takes here; 1: one crashed, hung or
+    was wrong (HybridEP judged on its CUDA-IPC run when the fabric path failed); not installed is a fact."""
+    from mbridge_ep_overlap.tools import doctor
+
+    gpu_node({name: Verdict(name, status, stage="x", signal="SIGSEGV", info=FABRIC) for name, status in outcomes.items()})
+    if outcomes.get("deepep") == "missing":
+        monkeypatch.setattr(smoke, "_installed_problem", lambda b: None if b == "alltoall" else "deep_ep not importable")
+    monkeypatch.setattr(doctor, "doctor_lines", lambda: ["mbridge-ep-overlap doctor"])
+    assert doctor.main(argparse.Namespace(smoke=True)) == code
+    assert "Traceback" not in capsys.readouterr().out

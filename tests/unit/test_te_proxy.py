@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mbridge_ep_overlap.core.dispatcher import IPC_HEALTH_KEY
 from mbridge_ep_overlap.tools.cli import main
 
 FUNCTIONAL = Path(__file__).resolve().parents[1] / "functional"
@@ -117,7 +118,7 @@ def test_suite_launches_declared_runs_and_gates_flex_runs_on_the_smoke_verdict(m
 
     verdicts = {"alltoall": Verdict("alltoall", "usable"), "deepep": Verdict("deepep", "missing", detail="no deep_ep"),
                 "hybridep": Verdict("hybridep", "crashed", stage="HybridEPBuffer init", signal="SIGSEGV"),
-                smoke.IPC_VARIANT: Verdict(smoke.IPC_VARIANT, "usable")}
+                IPC_HEALTH_KEY: Verdict(IPC_HEALTH_KEY, "usable")}
     monkeypatch.setattr(launch, "launch", fake_launch)
     monkeypatch.setattr(smoke, "load", lambda **kw: verdicts)
     monkeypatch.delenv("EP_OVERLAP_SMOKE", raising=False)

@@ -26,7 +26,6 @@ from .errors import UsageError
 
 DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep", "auto")
 FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
-OVERLAP_TOKEN_DISPATCHERS = ("alltoall", "flex")
 
 # Below this EP size DeepEP was measured slower than alltoall (Megatron-LM issue #1456; 2x H200
 # EP 2: 0.75-0.90x of overlap off, docs/benchmarks.md).

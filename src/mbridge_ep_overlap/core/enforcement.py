@@ -12,7 +12,8 @@ exactly two hooks and no fields:
 
 Both run every rule against the config as it is *now* (so Hydra-style overrides applied after
 ``enable_ep_overlap`` are checked) on the current target (``target.simulate.current``: the
-simulated target in a dry run, what is really installed on a GPU node) and raise
+simulated target in a dry run, what is really installed on a GPU node), with the forward step
+``pretrain()`` was given when they run inside it (``step_given_to_pretrain``), and raise
 ``EPOverlapError`` listing all errors on every rank; warnings are logged once, by rank 0. Inside
 ``already_checked(cfg, report)`` - used by ``build`` between its one evaluation and MB's finalize
 of the same object - the report is reused instead of evaluating the table again. The subclass
@@ -27,7 +28,7 @@ import contextvars
 import logging
 import os
 import sys
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..target import shims
 from .engine import Report, evaluate
@@ -61,9 +62,29 @@ def _VALIDATE_BEFORE_FINALIZE(mixed_precision: str) -> Violation:  # noqa: N802 
         "mixed_precision, then validates")
 
 
+def step_given_to_pretrain() -> Callable | None:
+    """The ``forward_step_func`` that MB's ``pretrain()`` (``finetune()`` calls it) was given, when
+    this finalize runs inside it - read from that frame, identified by MB's own code object - else
+    None. It lets the forward-step rules judge the step the run really trains with."""
+    import inspect
+
+    from megatron.bridge.training.pretrain import pretrain
+
+    code = inspect.unwrap(pretrain).__code__  # MB wraps it (experimental_fn)
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is code:
+            return frame.f_locals.get("forward_step_func")
+        frame = frame.f_back
+    return None
+
+
 def enforce(cfg, stage: str) -> None:
     checked = _CHECKED.get()
-    report = checked[1] if checked and checked[0] == id(cfg) else evaluate(cfg)
+    if checked and checked[0] == id(cfg):
+        report = checked[1]
+    else:
+        report = evaluate(cfg, forward_step_func=step_given_to_pretrain())
     rank0 = os.environ.get("RANK", "0") == "0"  # errors raise on every rank; warnings print once
     for v in report.violations:
         if rank0 and v.severity is not Severity.ERROR and v.line() not in _warned:

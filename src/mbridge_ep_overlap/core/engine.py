@@ -30,6 +30,7 @@ class Report:
     passed: list[str] = field(default_factory=list)
     not_applicable: list[str] = field(default_factory=list)
     unreadable: dict[str, str] = field(default_factory=dict)  # rule id -> why its check could not read the config
+    overlap: bool = True  # whether the judged config had EP overlap on (names the refusal)
 
     def status_rows(self) -> list[tuple[str, str, str]]:
         """(rule id, status, detail) for every rule, in table order."""
@@ -55,7 +56,7 @@ class Report:
 
     def raise_for_errors(self, context: str = "") -> None:
         if self.errors:
-            raise EPOverlapError(self.violations, context)
+            raise EPOverlapError(self.violations, context, overlap=self.overlap)
 
 
 def evaluate(cfg: Any, environment: ClusterEnvironment | None = None, forward_step_func: Callable | None = None) -> Report:
@@ -68,6 +69,10 @@ def evaluate(cfg: Any, environment: ClusterEnvironment | None = None, forward_st
     evaluations = next(_counter)
     facts = Facts(cfg, environment, forward_step_func)
     report = Report()
+    try:
+        report.overlap = bool(facts.overlap)
+    except _UNREADABLE:
+        pass
     for rule in sorted(RULES, key=lambda r: not r.sanity):  # value checks first (stable order otherwise)
         try:
             if not rule.applies(facts):

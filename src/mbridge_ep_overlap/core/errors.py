@@ -58,10 +58,11 @@ class Violation:
 class EPOverlapError(ValueError):
     """The configuration cannot run EP overlap as asked. ``violations`` lists every reason."""
 
-    def __init__(self, violations: list[Violation], context: str = ""):
+    def __init__(self, violations: list[Violation], context: str = "", overlap: bool = True):
         self.violations = list(violations)
         errors = [v for v in self.violations if v.severity is Severity.ERROR]
-        head = f"EP overlap refused{f' ({context})' if context else ''}: {len(errors)} violation(s)"
+        what = "EP overlap refused" if overlap else "config refused (EP overlap off)"
+        head = f"{what}{f' ({context})' if context else ''}: {len(errors)} violation(s)"
         body = "\n".join(f"  - {v.line()}" for v in errors or self.violations)
         super().__init__(f"{head}\n{body}")
 
@@ -83,5 +84,8 @@ class UsageError(ValueError):
 
     def __init__(self, what: str, value: Any, allowed, problem: str = "unknown") -> None:
         allowed_text = ", ".join(str(a) for a in allowed) if not isinstance(allowed, str) else allowed
-        super().__init__(f"{problem} {what} {value!r}; allowed: {allowed_text}")
+        if problem == "missing" and value is None:  # a flag or argument that was not given at all
+            super().__init__(f"missing {what}: {allowed_text}")
+        else:
+            super().__init__(f"{problem} {what} {value!r}; allowed: {allowed_text}")
         self.what, self.value, self.allowed, self.problem = what, value, allowed, problem

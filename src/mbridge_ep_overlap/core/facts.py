@@ -92,8 +92,8 @@ def feeds_packed_sequences(cfg: Any) -> bool | None:
     if ds is None:
         return False
     if getattr(ds, "enable_offline_packing", False):
-        specs = getattr(ds, "offline_packing_specs", None)
-        return specs is None or (getattr(specs, "packed_sequence_size", 0) or 0) > 0
+        size = getattr(getattr(ds, "offline_packing_specs", None), "packed_sequence_size", None)
+        return size is None or size > 0  # as MB 0.6.2's _uses_packed_sequence_metadata
     if getattr(ds, "enable_in_batch_packing", False) or getattr(ds, "inter_document_masking", False):
         return True
     from megatron.bridge.data.base import DatasetProvider

@@ -52,6 +52,8 @@ def forward_step(state, data_iterator, model, return_schedule_plan: bool = False
     plan = model.build_schedule_plan(
         inputs["input_ids"], inputs["position_ids"], inputs["attention_mask"],
         labels=inputs["labels"], loss_mask=loss_mask,  # loss_mask: as MB's own overlapped path (MTP)
+        # packed_seq_params: what MB 0.6.2's own overlapped path drops. padding_mask: MB 0.6.2 passes
+        # none to the model; forwarded only so that a step which does pass one keeps it on this path.
         packed_seq_params=inputs.get("packed_seq_params"), padding_mask=inputs.get("padding_mask"),
     )
     rerun = state.cfg.rerun_state_machine

@@ -14,8 +14,6 @@ from __future__ import annotations
 # 15288857644368b8b7bdddd9bead7d6d3d04de80" and records that commit's metadata as
 # version = "2.18.0+15288857" ([[tool.uv.dependency-metadata]]), with nvidia-cudnn-frontend==1.26.0.
 REFERENCE_TE_VERSION = "2.18.0"
-REFERENCE_TE_SOURCE = ("megatron-bridge 0.6.2 sdist pyproject.toml: transformer-engine pinned to NVIDIA/TransformerEngine"
-                       "@15288857 (version 2.18.0+15288857)")
 
 
 def te_version(flag: str | None) -> str | None:

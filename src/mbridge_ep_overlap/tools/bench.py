@@ -426,6 +426,9 @@ def run_bench(
     known = {**VARIANTS, **(extra_variants or {})}
     validate_request(recipe, nproc, variants, links, steps, warmup, profile, known)
     base = shape_spec(recipe, shape, steps, list(extra or []))
+    from ..pipeline import check_overrides
+
+    check_overrides(base)  # a bad override is bad usage before torchrun starts
     if "off" not in variants:
         variants = ["off", *variants]
     unavailable = available_variants()
@@ -552,7 +555,7 @@ def _main(args) -> int:
         from .tune import tune_links
 
         if args.budget is None:
-            raise UsageError("--budget", None, "a number of seconds with --tune", "missing")
+            raise UsageError("--budget", None, "--tune needs a wall-clock budget in seconds (--budget SECONDS)", "missing")
         links = (args.links or "throttled").split(",")
         outcomes = tune_links(args.recipe, args.nproc, shape, links, Path(args.out or "out/tune"), args.budget,
                               steps=args.steps or 8, warmup=args.warmup, profile=args.profile, extra=args.extra,

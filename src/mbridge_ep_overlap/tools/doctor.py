@@ -105,15 +105,16 @@ def _cached_smoke(env) -> dict | None:
         return None
 
 
-def smoke_lines() -> list[str]:
-    """Run the smoke check here and return its verdict lines (one line where it cannot run)."""
+def smoke_lines() -> tuple[list[str], int]:
+    """Run the smoke check here: its verdict lines (one line where it cannot run) and the exit code
+    (``smoke.exit_code``: 0 every installed backend usable, 1 one failed, 2 it cannot run here)."""
     from . import smoke
 
     reason = smoke.cannot_run_reason()
     if reason is not None:
-        return [f"dispatcher smoke check: cannot run: {reason}"]
+        return [f"dispatcher smoke check: cannot run: {reason}"], 2
     results = smoke.run()
-    return smoke.report_lines(results) + [f"  (verdicts cached in {smoke.cache_path()})"]
+    return smoke.report_lines(results) + [f"  (verdicts cached in {smoke.cache_path()})"], smoke.exit_code(results)
 
 
 class _Model:
@@ -126,5 +127,7 @@ class _Model:
 def main(args) -> int:
     print("\n".join(doctor_lines()), flush=True)
     if getattr(args, "smoke", False):
-        print("\n".join(smoke_lines()), flush=True)
+        lines, code = smoke_lines()
+        print("\n".join(lines), flush=True)
+        return code
     return 0

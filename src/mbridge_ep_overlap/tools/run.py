@@ -26,6 +26,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..core.errors import UsageError
 from .exits import OneLineArgumentParser, run_reporting_errors
 from .flags import add_spec_arguments, parse, spec_from_args
 
@@ -44,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = build_parser()
     args = parse(parser, argv)
+    if args.dryrun:
+        for flag, value in (("--summary-json", args.summary_json), ("--profile-steps", args.profile_steps)):
+            if value is not None:
+                parser.error(f"{flag} applies to training; a --dryrun trains nothing (drop one of them)")
     if args.profile_steps is not None:
         a, sep, b = args.profile_steps.partition(":")
         if not (sep and a.isdigit() and b.isdigit() and int(a) < int(b)):
@@ -77,35 +82,63 @@ def dry_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def writable_file(path: str) -> Path:
+    """``path``'s folder created and writable, and ``path`` not a folder - before any work is done."""
+    file = Path(path)
+    writable_folder(str(file.parent))
+    if file.is_dir():
+        raise IsADirectoryError(21, "is a folder, not a file", str(file))
+    return file
+
+
+def require_gpus() -> None:
+    """Training runs MB's ``pretrain()`` on this machine's CUDA GPUs; without one it would die in
+    Megatron's initialization with a bare assertion."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UsageError("CUDA GPUs", 0, "training runs on a GPU node; on this machine check the config for a "
+                         "cluster with --dryrun --gpu NAME --num-gpus N", "cannot train on this machine:")
+
+
 def train(args: argparse.Namespace) -> int:
     import faulthandler
 
-    faulthandler.enable(all_threads=True)  # a native crash (SIGSEGV in a kernel library) prints every thread's stack
+    # a native crash (SIGSEGV in a kernel library) prints every thread's stack on the process's real stderr
+    faulthandler.enable(file=sys.__stderr__, all_threads=True)
     out = writable_folder(args.output_dir)
-    from ..pipeline import build
+    summary = str(writable_file(args.summary_json)) if args.summary_json else None
     from ..target import shims
 
     shims.install()
-    from megatron.bridge.training.pretrain import pretrain
-
     from ..core.forward_step import forward_step
-
-    from ..core import enforcement
-    from .evidence import RunRecorder, ScheduleCounter
+    from .evidence import ScheduleCounter
 
     counter = ScheduleCounter().install()
-    step = counter.wrap_forward_step(forward_step)
+    try:
+        return _train(args, out, summary, counter, counter.wrap_forward_step(forward_step))
+    finally:
+        counter.uninstall()
+
+
+def _train(args: argparse.Namespace, out: Path, summary: str | None, counter, step) -> int:
+    from megatron.bridge.training.pretrain import pretrain
+
+    from ..core import enforcement
+    from ..pipeline import build
+    from .evidence import RunRecorder
+
     spec = spec_from_args(args, this_machine=True)
     built = build(spec, forward_step_func=step)
     if built.plan is not None and int(os.environ.get("RANK", "0")) == 0:
         print(built.plan.to_table(), flush=True)
+    require_gpus()  # after the plan: a refused config is reported (exit 1) on any machine
     name = built.recipe.name.replace(":", ".")
-    summary = args.summary_json or str(out / f"{name}.summary.json")
+    summary = summary or str(out / f"{name}.summary.json")
     meta = {"recipe": spec.recipe, "ep_overlap": args.ep_overlap, "dispatcher_flag": args.dispatcher,
             "delay_wgrad": args.delay_wgrad, "overrides": list(spec.overrides)}
     with enforcement.already_checked(built.cfg, built.report):
         pretrain(built.cfg, step, callbacks=[RunRecorder(summary, counter, meta, profile_steps=args.profile_steps)])
-    counter.uninstall()
     return 0
 
 

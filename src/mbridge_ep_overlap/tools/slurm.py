@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_spec_arguments(p)
     s = p.add_argument_group("Slurm job")
     s.add_argument("--nodes", type=positive_int, required=True, metavar="N")
-    s.add_argument("--gpus-per-node", type=positive_int, default=8, metavar="N")
+    s.add_argument("--gpus-per-node", type=positive_int, default=None, metavar="N",
+                   help="default: what a node of the target GPU kind holds (8; 4 on GB200/GB300/VR200)")
     s.add_argument("--partition")
     s.add_argument("--account")
     s.add_argument("--time", default="01:00:00")
@@ -123,9 +124,30 @@ def render(args: argparse.Namespace, run_argv: list[str], env_vars: dict[str, st
     return "\n".join(lines) + "\n"
 
 
+def _check_job_size(args: argparse.Namespace) -> None:
+    """``--gpus-per-node`` defaults to what a node of the target GPU kind holds (``target.gpus``) and
+    cannot exceed it; ``--num-gpus`` (the run flag), when given, must equal ``--nodes x
+    --gpus-per-node`` - the job's size, which the run is built for."""
+    from ..spec import resolve_recipe
+    from ..target.gpus import GPU_CATALOG
+
+    gpu = args.gpu or resolve_recipe(args.recipe).entry.gpu
+    kind = GPU_CATALOG.get(str(gpu).lower()) if gpu else None
+    if args.gpus_per_node is None:
+        args.gpus_per_node = kind.gpus_per_node if kind else 8
+    elif kind is not None and args.gpus_per_node > kind.gpus_per_node:
+        raise UsageError("--gpus-per-node", args.gpus_per_node,
+                         f"at most {kind.gpus_per_node} ({kind.key} nodes hold {kind.gpus_per_node} GPUs)", "invalid")
+    world = args.nodes * args.gpus_per_node
+    if args.num_gpus is not None and args.num_gpus != world:
+        raise UsageError("--num-gpus", args.num_gpus, f"{world} (--nodes {args.nodes} x --gpus-per-node "
+                         f"{args.gpus_per_node}), or leave --num-gpus out", "inconsistent")
+
+
 def _emit(args: argparse.Namespace) -> int:
     from ..pipeline import build
 
+    _check_job_size(args)
     spec = spec_from_args(args, num_gpus=args.nodes * args.gpus_per_node)
     with stdout_to_stderr():
         built = build(spec)

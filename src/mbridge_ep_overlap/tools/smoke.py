@@ -32,11 +32,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..core.dispatcher import IPC_HEALTH_KEY
 from .launch import child_environment, clear_folder, free_port, rank_crashes, rank_texts, read_logs, run_process_group
 
 BACKENDS = ("alltoall", "deepep", "hybridep")
-IPC_VARIANT = "hybridep:USE_MNNVL=0"
-"""The cache/result key of HybridEP's second run with CUDA IPC handles."""
 TIMEOUTS_S = {"alltoall": 90, "deepep": 150, "hybridep": 180}
 """Per-backend hard timeouts (``EP_OVERLAP_SMOKE_TIMEOUT`` overrides them all): start-up takes ~15 s;
 HybridEP JIT-compiles its kernels with nvcc on first use."""
@@ -298,16 +297,6 @@ def cached_verdicts(target=None, path: Path | None = None) -> dict[str, str] | N
     return None if results is None else {name: v.text for name, v in results.items()}
 
 
-def effective(verdicts: dict[str, str], backend: str, env: dict[str, str] | None = None) -> str | None:
-    """The verdict that applies to ``backend`` run with ``env`` (a plan's or the process's variables):
-    HybridEP with ``USE_MNNVL=0`` takes the CUDA-IPC verdict when one was recorded."""
-    env = os.environ if env is None else env
-    if backend == "hybridep" and str(env.get("USE_MNNVL", "")).strip().lower() in ("0", "false") \
-            and IPC_VARIANT in verdicts:
-        return verdicts[IPC_VARIANT]
-    return verdicts.get(backend)
-
-
 # ---- running it ------------------------------------------------------------------------------------
 def default_log_dir() -> Path:
     if os.environ.get("EP_OVERLAP_LOG_DIR"):
@@ -380,11 +369,11 @@ def run(backends=BACKENDS, nproc: int = 2, timeout_s: float | None = None, log_d
         verdict = check_one(backend, nproc, timeout_s, log_dir, env)
         results[backend] = verdict
         use_mnnvl = (os.environ.get("USE_MNNVL") if "USE_MNNVL" not in env else env["USE_MNNVL"]) or ""
-        if (backend == "hybridep" and retry_ipc and verdict.status in ("crashed", "hung", "wrong", "failed")
+        if (backend == "hybridep" and retry_ipc and verdict.status in FAILED
                 and use_mnnvl.strip().lower() not in ("0", "false")):
             if _fabric_tried(verdict):
-                ipc = check_one(backend, nproc, timeout_s, log_dir, {**env, "USE_MNNVL": "0"}, name=IPC_VARIANT)
-                results[IPC_VARIANT] = ipc
+                ipc = check_one(backend, nproc, timeout_s, log_dir, {**env, "USE_MNNVL": "0"}, name=IPC_HEALTH_KEY)
+                results[IPC_HEALTH_KEY] = ipc
                 verdict.cause = _name_cause(verdict, ipc)
             else:
                 verdict.cause = "HybridEP's allocator already used CUDA IPC handles here: not the fabric-handle path"
@@ -394,6 +383,25 @@ def run(backends=BACKENDS, nproc: int = 2, timeout_s: float | None = None, log_d
         except OSError as e:  # a read-only home must not turn a health check into a traceback
             print(f"smoke: verdicts not cached ({e})", file=sys.stderr)
     return results
+
+
+FAILED = ("crashed", "hung", "wrong", "failed")
+
+
+def exit_code(results: dict[str, Verdict]) -> int:
+    """``doctor --smoke``'s exit code: 2 when nothing could run here (no GPUs), 1 when an installed
+    backend crashed, hung, failed or gave a wrong result on the path training takes here (HybridEP:
+    its CUDA-IPC run, which the plan uses on nodes of <= 8 GPUs, when that one was made), else 0.
+    A backend that is not installed is a fact doctor prints, not a failure."""
+    values = [v for name, v in results.items() if name in BACKENDS]
+    if values and all(v.status == "cannot_run" for v in values):
+        return 2
+    failing = []
+    for v in values:
+        taken = results.get(IPC_HEALTH_KEY, v) if v.backend == "hybridep" else v
+        if taken.status in FAILED:
+            failing.append(v.backend)
+    return 1 if failing else 0
 
 
 def report_lines(results: dict[str, Verdict], detailed: bool = True) -> list[str]:

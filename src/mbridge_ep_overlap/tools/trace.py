@@ -65,7 +65,6 @@ MIN_PAIR_US = 20.0
 small kernel with an all-to-all are not the schedule's pairing)."""
 MIN_HIDDEN_SHARE = 0.02
 """Below this hidden fraction nothing was overlapped (overlap off shows ~1e-5 of chance coincidence)."""
-PARTS = ("compute_only", "a2a_only", "both", "comm_only", "idle")
 
 
 def classify(kernel_name: str) -> str:

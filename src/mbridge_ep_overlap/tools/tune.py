@@ -452,6 +452,9 @@ def tune(recipe: str, nproc: int, shape: str, link: str, out: Path, budget_s: fl
 
         te = bool(te_version_here())
     base = bench.shape_spec(recipe, shape, steps, extra)
+    from ..pipeline import check_overrides
+
+    check_overrides(base)  # a bad override is bad usage before the first job starts
     t0 = clock()
     out.mkdir(parents=True, exist_ok=True)
     request = _request(recipe, nproc, shape, link, steps, warmup, profile, extra, dispatcher)

@@ -342,12 +342,13 @@ def packed_sequences_mtp(f: Facts) -> bool:
     return not feeds_packed_sequences(f.cfg) or not f.model("mtp_num_layers")
 
 
-@family("inter-document-masking", When.ALWAYS, "dataset.inter_document_masking", required="False")
+@family("inter-document-masking", When.OVERLAP, "dataset.inter_document_masking", required="False")
 def inter_document_masking(f: Facts) -> bool:
-    """MB 0.6.2 turns the cu_seqlens of MCore's inter-document masking into empty packed parameters;
-    with overlap on nothing even fails.
+    """MB 0.6.2 turns the cu_seqlens of MCore's inter-document masking into empty packed parameters,
+    and the overlapped path raises nothing: attention silently crosses document boundaries.
 
-    Fix: set dataset.inter_document_masking=False (pack with MB's offline packing instead).
+    Fix: set dataset.inter_document_masking=False (pack with MB's offline packing instead), or turn
+    overlap off.
     """
     return not getattr(getattr(f.cfg, "dataset", None), "inter_document_masking", False)
 
