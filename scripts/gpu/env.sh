@@ -25,10 +25,17 @@ fi
 # A DeepEP built with NVSHMEM needs libnvshmem_host.so.3: the nvidia-nvshmem wheel torch uses.
 NVSHMEM_LIB=$(python3 -c 'import nvidia.nvshmem as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
 [ -d "$NVSHMEM_LIB" ] && export LD_LIBRARY_PATH="$NVSHMEM_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# cuDNN loads its engine sublibraries (and NVRTC for runtime-compiled engines) by name with dlopen:
-# TE 2.18's fused attention failed on 2x H200 with CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED with only
-# the cuDNN wheel's lib/ on the path (stop 11). Put the cuDNN and CUDA 13 runtime wheels' lib folders
-# on it (not yet verified on the GPU node; NVTE_FUSED_ATTN=0 is the fallback).
+# Transformer Engine loads its own libcudnn with ctypes when imported, searching CUDNN_HOME,
+# CUDNN_PATH, CUDA_HOME and /usr/local/cuda before the pip wheel. On the H200 node that found the
+# toolkit's cuDNN 9.14 while torch runs the 9.19 wheel, and TE's fused attention failed with
+# CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED (stops 11 and 19; rule te-cudnn-matches-torch, doctor's
+# cuDNN line). Point TE at torch's cuDNN, unless the caller chose one.
+if [ -z "${CUDNN_HOME:-}${CUDNN_PATH:-}" ]; then
+  _cudnn=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+  [ -d "$_cudnn/lib" ] && export CUDNN_HOME=$_cudnn
+  unset _cudnn
+fi
+# The cuDNN and CUDA 13 runtime wheels' lib folders (cuDNN dlopens its engine sublibraries and NVRTC by name).
 for _lib in $(python3 - <<'PY' 2>/dev/null
 import importlib, os
 for name in ("nvidia.cudnn", "nvidia.cu13", "nvidia.cuda_nvrtc"):

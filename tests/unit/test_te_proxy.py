@@ -145,3 +145,50 @@ def test_suite_launches_declared_runs_and_gates_flex_runs_on_the_smoke_verdict(m
         assert "crashed (SIGSEGV)" in other.flex_gate("hybridep")
     finally:
         other.close()
+
+
+# ---- the cuDNN Transformer Engine loads must be the one torch runs (found on 2x H200) ----------------
+@pytest.mark.parametrize("number,text", [(91900, "9.19.0"), (91400, "9.14.0"), (90100, "9.1.0"), (8902, "8.9.2"),
+                                         (None, None), (0, None)])
+def test_cudnn_version_numbers_read_as_cudnn_writes_them(number, text):
+    from mbridge_ep_overlap.target.probe import cudnn_version_text
+
+    assert cudnn_version_text(number) == text
+
+
+@pytest.mark.parametrize("te_cudnn,impl,refused", [("9.14.0", "transformer_engine", True),
+                                                    ("9.19.0", "transformer_engine", False),
+                                                    ("9.14.0", "local", False), (None, "transformer_engine", False)])
+def test_te_cudnn_rule_refuses_a_te_stack_on_another_cudnn(te_cudnn, impl, refused):
+    """TE stack + TE on another cuDNN than torch's: refused with the library named; local layers (no
+    TE attention) or an unknown pair are not."""
+    import dataclasses
+
+    from mbridge_ep_overlap import check_ep_overlap
+    from mbridge_ep_overlap.target.cluster import describe
+    from mbridge_ep_overlap.target.offline import offline_architectures
+    from mbridge_ep_overlap.target.simulate import simulate
+    from mbridge_ep_overlap_recipes.proxy import qwen3_moe_proxy_te
+
+    node = dataclasses.replace(describe("h200", 2, te_version="2.18.0"), torch_cudnn_version="9.19.0",
+                               te_cudnn_version=te_cudnn, te_cudnn_library="/usr/local/cuda/lib64/libcudnn.so.9")
+    with offline_architectures(), simulate(node):
+        cfg = qwen3_moe_proxy_te()
+        cfg.model.transformer_impl = impl
+        found = [v for v in check_ep_overlap(cfg, environment=node) if v.rule_id == "te-cudnn-matches-torch"]
+    assert bool(found) == refused
+    if refused:
+        assert "/usr/local/cuda/lib64/libcudnn.so.9" in str(found[0].current) and "CUDNN_HOME" in found[0].fix
+
+
+def test_library_file_names_the_real_file_of_a_function_loaded_by_bare_name():
+    """What doctor shows for the cuDNN TE loaded: dladdr's file, not the bare name ctypes was given."""
+    import ctypes
+    import ctypes.util
+    import os
+
+    from mbridge_ep_overlap.target.probe import library_file
+
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    path = library_file(libm.cos)
+    assert path and os.path.isabs(path) and os.path.exists(path) and "libm" in os.path.basename(path)

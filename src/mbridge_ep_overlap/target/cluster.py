@@ -60,6 +60,9 @@ class ClusterEnvironment:
     deep_ep_build: str | None = None  # one line on the DeepEP build: its NVSHMEM kernels (doctor)
     te_nccl_ep: bool | None = None  # TE built with NCCL EP (transformer_engine.pytorch.ep); None = unknown
     apex_fused_wgrad: bool | None = None  # APEX's fused_weight_gradient_mlp_cuda importable; None = unknown
+    torch_cudnn_version: str | None = None  # the cuDNN torch runs; None = unknown
+    te_cudnn_version: str | None = None  # the cuDNN Transformer Engine loaded (its own ctypes search); None = unknown
+    te_cudnn_library: str | None = None  # ... and its file
     dispatcher_health: dict[str, str] | None = None  # this node's `doctor --smoke` verdicts; None = not checked
     env_vars: dict[str, str] = field(default_factory=dict)
     source: str = "probed"

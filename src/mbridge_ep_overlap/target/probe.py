@@ -69,6 +69,60 @@ def deep_ep_info() -> DeepEPInfo:
     return DeepEPInfo(version, hasattr(deep_ep, "HybridEPBuffer"), nvshmem, build)
 
 
+def cudnn_version_text(number: int | None) -> str | None:
+    """cuDNN's version number (``cudnnGetVersion``: major*10000 + minor*100 + patch since 9.0;
+    major*1000 + minor*100 + patch before) as 'X.Y.Z'."""
+    if not number:
+        return None
+    major, rest = (number // 10000, number % 10000) if number >= 90000 else (number // 1000, number % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def library_file(function) -> str | None:
+    """The file a loaded ctypes function comes from (``dladdr``): a library loaded by bare name
+    ('libcudnn.so', resolved through the loader's search path) named by its real file."""
+    import ctypes
+
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                    ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+    try:
+        dladdr = ctypes.CDLL(None).dladdr
+        info = DlInfo()
+        if dladdr(ctypes.cast(function, ctypes.c_void_p), ctypes.byref(info)) and info.dli_fname:
+            return os.path.realpath(info.dli_fname.decode())
+    except (AttributeError, OSError, ValueError):  # no dladdr in this libc: the name ctypes was given
+        pass
+    return None
+
+
+def cudnn_pair() -> tuple[str | None, str | None, str | None]:
+    """(the cuDNN torch runs, the cuDNN Transformer Engine loaded, that library's file); None where
+    unknown. TE loads its own libcudnn with ctypes when it is imported, searching ``CUDNN_HOME``,
+    ``CUDNN_PATH``, ``CUDA_HOME``, ``CUDA_PATH`` and /usr/local/cuda before the pip wheel, so it can
+    load a different cuDNN from the one torch links (``rules.environment.te_cudnn_matches_torch``)."""
+    if not te_version_here():
+        return None, None, None
+    import ctypes
+
+    import torch
+
+    try:
+        ours = cudnn_version_text(torch.backends.cudnn.version())
+    except Exception:  # noqa: BLE001 - a torch without cuDNN
+        ours = None
+    try:
+        import transformer_engine.common as te_common
+
+        handle = te_common._CUDNN_LIB_CTYPES
+        get_version = handle.cudnnGetVersion
+        get_version.restype = ctypes.c_size_t
+        return ours, cudnn_version_text(int(get_version())), library_file(get_version) or str(handle._name)
+    except Exception:  # noqa: BLE001 - another TE layout: unknown, never a crash
+        return ours, None, None
+
+
 @functools.lru_cache(maxsize=1)
 def _static() -> dict:
     import torch
@@ -99,6 +153,7 @@ def _static() -> dict:
         "deep_ep_build": info.build or None,
         "dispatcher_health": health,
         "apex_fused_wgrad": importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is not None,
+        **dict(zip(("torch_cudnn_version", "te_cudnn_version", "te_cudnn_library"), cudnn_pair())),
     }
 
 

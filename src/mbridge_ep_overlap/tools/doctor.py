@@ -66,6 +66,12 @@ def doctor_lines() -> list[str]:
     else:
         lines.append("GPUs              : none visible (CUDA not available)")
     lines.append(f"NVSHMEM           : {dist_version('nvidia-nvshmem-cu13', 'nvidia-nvshmem-cu12') or 'missing'}")
+    if env.te_cudnn_version or env.torch_cudnn_version:
+        same = env.te_cudnn_version == env.torch_cudnn_version
+        lines.append(f"cuDNN             : torch {env.torch_cudnn_version or 'unknown'}; Transformer Engine loaded "
+                     f"{env.te_cudnn_version or 'unknown'} ({env.te_cudnn_library or '?'})"
+                     + ("" if same else " - MISMATCH: TE's fused attention will fail (rule te-cudnn-matches-torch; "
+                        "export CUDNN_HOME=<torch's cuDNN folder>)"))
     active = shims.installed()
     lines.append(f"import shims      : {', '.join(active) if active else 'none (real packages present)'}")
     for k in sorted(env.env_vars):

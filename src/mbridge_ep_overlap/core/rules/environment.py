@@ -86,4 +86,22 @@ def grad_accum_fusion_needs_apex(f: Facts) -> bool:
     return not f.model("gradient_accumulation_fusion") or bool(f.env.apex_fused_wgrad)
 
 
+def _cudnn_pair(f: Facts) -> str:
+    return f"{f.env.te_cudnn_version} ({f.env.te_cudnn_library}); torch runs {f.env.torch_cudnn_version}"
+
+
+@family("te-cudnn-matches-torch", When.ALWAYS, "environment.te_cudnn_version",
+        required="the cuDNN torch runs", current=_cudnn_pair,
+        needs=lambda f: bool(f.env.te_cudnn_version and f.env.torch_cudnn_version))
+def te_cudnn_matches_torch(f: Facts) -> bool:
+    """Transformer Engine loaded another cuDNN than the one torch runs: TE's fused attention fails at
+    the first step with CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED (seen on H200 nodes: TE loaded a system
+    libcudnn.so 9.14, torch ran the 9.19 wheel)
+
+    Fix: export CUDNN_HOME=<the folder of torch's cuDNN, e.g. site-packages/nvidia/cudnn> before the
+    process starts (TE searches CUDNN_HOME, CUDNN_PATH, CUDA_HOME, /usr/local/cuda in that order).
+    """
+    return f.model("transformer_impl") != "transformer_engine" or f.env.te_cudnn_version == f.env.torch_cudnn_version
+
+
 RULES = family.rules
