@@ -17,11 +17,12 @@ the plan (None with overlap off), the report and the target; ``finalize(built)``
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .core.engine import Report
-from .core.errors import UsageError
+from .core.errors import EPOverlapError, Severity, UsageError
 from .core.plan import OverlapPlan
 from .spec import Recipe, RunSpec, resolve_recipe
 from .target.cluster import ClusterEnvironment
@@ -104,13 +105,21 @@ def apply_overrides(cfg: Any, overrides: tuple[str, ...] | list[str]) -> None:
                          "invalid") from None
 
 
+def _checked_arguments(spec: Any, target: Any) -> tuple[RunSpec, ClusterEnvironment | None]:
+    if not isinstance(spec, RunSpec):
+        raise UsageError("spec", spec, "a RunSpec(recipe=..., ...)", "invalid")
+    if target is not None and not isinstance(target, ClusterEnvironment):
+        raise UsageError("target", target, "a ClusterEnvironment (describe(gpu, num_gpus) or probe()) or None", "invalid")
+    return spec.validated(), target
+
+
 def build(spec: RunSpec, *, target: ClusterEnvironment | None = None,
           forward_step_func: Callable | None = None) -> Built:
     """``forward_step_func``: the step the run will train with (default: ``mbridge_ep_overlap.forward_step``)."""
     from .target import shims
 
+    spec, target = _checked_arguments(spec, target)
     shims.install()
-    spec = spec.validated()
     recipe = resolve_recipe(spec.recipe)
     recipe.function()  # an unknown module or function is bad usage before anything else is asked
     target = target or resolve_target(spec, recipe)
@@ -122,7 +131,7 @@ def build(spec: RunSpec, *, target: ClusterEnvironment | None = None,
 
 def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_step_func: Callable | None) -> Built:
     from .core import dispatcher, enforcement
-    from .core.enable import Options, Session, disable_ep_overlap
+    from .core.enable import Options, Session, disable_ep_overlap, mb_fallback
     from .core.engine import evaluate
     from .core.forward_step import forward_step
 
@@ -147,10 +156,18 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
         enforcement.install(cfg)
     else:
         disable_ep_overlap(cfg)
-        if spec.dispatcher and spec.dispatcher not in ("alltoall", "auto"):
-            dispatcher.apply(cfg.model, spec.dispatcher, target)
+        fell_back = None
+        if spec.dispatcher == "alltoall":
+            cfg.model.moe_token_dispatcher_type, cfg.model.moe_flex_dispatcher_backend = "alltoall", None
+        elif spec.dispatcher:  # a flex backend ('auto' is refused with overlap off: RunSpec.validated)
+            if not dispatcher.apply(cfg.model, spec.dispatcher, target):  # MB's silent allow-list fallback
+                fell_back = mb_fallback(spec.dispatcher, target)
         apply_overrides(cfg, spec.overrides)
         report = evaluate(cfg, target, forward_step_func)
+        if fell_back is not None:
+            if spec.resolve == "error":
+                raise EPOverlapError([fell_back, *report.violations], "build", overlap=False)
+            report.violations.insert(0, dataclasses.replace(fell_back, severity=Severity.WARNING))
         report.raise_for_errors("build")
         plan = None
     return Built(spec, recipe, target, cfg, plan, report)
@@ -162,8 +179,8 @@ def check_overrides(spec: RunSpec, *, target: ClusterEnvironment | None = None) 
     before any job starts, not a failed row after one."""
     from .target import shims
 
+    spec, target = _checked_arguments(spec, target)
     shims.install()
-    spec = spec.validated()
     recipe = resolve_recipe(spec.recipe)
     recipe.function()
     target = target or resolve_target(spec, recipe)

@@ -54,6 +54,8 @@ class TargetSpec:
     """DeepEP on the target: a version, "none", or None for unknown."""
 
     def validated(self) -> "TargetSpec":
+        if not isinstance(self.this_machine, bool):
+            raise UsageError("this_machine", self.this_machine, (True, False), "invalid")
         if self.gpu is not None and (not isinstance(self.gpu, str) or self.gpu.lower() not in GPU_CATALOG):
             raise UsageError("GPU", self.gpu, sorted(GPU_CATALOG))
         if self.num_gpus is not None and positive_int(self.num_gpus) is None:
@@ -66,7 +68,14 @@ class TargetSpec:
 
 
 def _is_version(text: str) -> bool:
-    return re.fullmatch(r"\d+(\.\d+){0,3}([a-z0-9.+-]*)", text) is not None
+    """A PEP 440 version such as 2.18.0 or 2.18.0+15288857 (what the version gates compare)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return text[:1].isdigit()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +112,12 @@ class RunSpec:
     def validated(self) -> "RunSpec":
         if not isinstance(self.recipe, str) or not self.recipe:
             raise UsageError("recipe", self.recipe, "a registered recipe name or MODULE:FUNCTION")
+        if not isinstance(self.target, TargetSpec):
+            raise UsageError("target", self.target, "a TargetSpec (gpu=..., num_gpus=..., te=..., deep_ep=...)", "invalid")
+        if isinstance(self.overrides, str) or not isinstance(self.overrides, (tuple, list)):
+            raise UsageError("overrides", self.overrides, "a tuple of 'key=value' strings", "invalid")
+        if self.hf_config_dir is not None and (not isinstance(self.hf_config_dir, str) or not self.hf_config_dir):
+            raise UsageError("hf_config_dir", self.hf_config_dir, "a folder path (str) or None", "invalid")
         if self.dispatcher is not None:
             validate_name(self.dispatcher)
         if self.resolve not in RESOLVE_MODES:
@@ -114,6 +129,9 @@ class RunSpec:
             if getattr(self, name) not in (None, True, False):
                 raise UsageError(name, getattr(self, name), (True, False, None), "invalid")
         if not self.ep_overlap:
+            if self.dispatcher == "auto":  # auto ranks dispatchers for the overlapped schedule
+                raise UsageError("dispatcher", "auto", "a named dispatcher (alltoall, deepep, hybridep, ncclep) "
+                                 "or none while EP overlap is off", "invalid")
             for name, neutral in (("delay_wgrad", False), ("high_priority_a2a", False)):
                 if getattr(self, name) not in (None, neutral):  # would be silently meaningless
                     raise UsageError(name, getattr(self, name), f"{neutral} or None while EP overlap is off", "invalid")
@@ -123,7 +141,7 @@ class RunSpec:
                 raise UsageError(name, value, "an integer >= 1", "invalid")
         for item in self.overrides:
             key, sep, _ = str(item).partition("=")
-            if not sep or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", key):
+            if not isinstance(item, str) or not sep or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", key):
                 raise UsageError("override", item, "key=value with a dotted field path, e.g. train.train_iters=10",
                                  "malformed")
         self.target.validated()
@@ -155,10 +173,16 @@ class Recipe:
 
         shims.install()  # recipe modules import Megatron-Bridge
         module_name, _, attr = self.entry.function.partition(":")
+        if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module_name) or not re.fullmatch(r"[A-Za-z_]\w*", attr):
+            raise UsageError("recipe", self.entry.function, "a registered recipe name or MODULE:FUNCTION "
+                             "(an absolute dotted module path, a function name)", "malformed")
         try:
             module = importlib.import_module(module_name)
         except ImportError as e:
             raise UsageError("recipe module", module_name, f"an importable module ({type(e).__name__}: {e})") from None
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - the module's own code failed while importing
+            raise UsageError("recipe module", module_name,
+                             f"a module that imports cleanly; importing it raised {_first_line(e)}", "failing") from None
         fn = getattr(module, attr, None)
         if not callable(fn):
             raise UsageError("recipe function", self.entry.function, f"a function defined in {module_name}")
@@ -182,14 +206,24 @@ class Recipe:
                 cfg = fn()
             except UsageError:
                 raise
-            except Exception as e:  # the recipe itself cannot be built here (a missing file, a bad value)
-                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            except (Exception, SystemExit) as e:  # noqa: BLE001 - the recipe cannot be built here (a missing file, a bad value, sys.exit)
                 raise UsageError("recipe function", self.entry.function,
-                                 f"a recipe that builds here; it raised {type(e).__name__}: {first}", "failing") from None
+                                 f"a recipe that builds here; it raised {_first_line(e)}", "failing") from None
         if not isinstance(cfg, ConfigContainer):
             raise UsageError("recipe function", self.entry.function,
                              f"a function returning a ConfigContainer (it returned {type(cfg).__name__})", "invalid")
+        from .core.enable import require_config
+
+        try:
+            require_config(cfg)
+        except UsageError as e:
+            raise UsageError("recipe function", self.entry.function, f"a well-formed config ({e})", "invalid") from None
         return cfg
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 def registered_recipes() -> dict[str, RecipeEntry]:

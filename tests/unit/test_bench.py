@@ -1,5 +1,7 @@
 """Benchmark bookkeeping on synthetic run summaries (no GPU): windows, speedup, parity, outputs."""
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -197,6 +199,7 @@ def test_no_profile_flag_when_profile_is_zero(tmp_path, monkeypatch):
         return Run(name, 0, False, 1.0, tmp_path, s)
 
     monkeypatch.setattr(bench, "launch", fake_launch)
+    monkeypatch.setattr(bench, "cuda_device_count", lambda: 2)
     rows = bench.run_bench("qwen3_moe_proxy", 2, ["overlap"], ["nvlink"], tmp_path / "o", steps=4, profile=0)
     assert all("--profile-steps" not in a for a in seen) and rows[1].run_s == 1.0 and rows[1].run == str(tmp_path / "o")
 
@@ -209,7 +212,167 @@ def test_bad_override_is_usage_before_any_launch(tmp_path, monkeypatch, extra):
 
     launched = []
     monkeypatch.setattr(bench, "launch", lambda *a, **k: launched.append(a))
+    monkeypatch.setattr(bench, "cuda_device_count", lambda: 0)  # the override is named, not the GPUs
     with pytest.raises(UsageError, match="override"):
         bench.run_bench("qwen3_moe_proxy", 2, ["overlap"], ["nvlink"], tmp_path / "o", steps=4, profile=0,
                         extra=extra)
     assert launched == []
+
+
+# ---- bench --report on readable but odd results.json files ----------------------------------------
+def good_rows() -> list[dict]:
+    off = summarize_run("off", "nvlink", summary([2, 2, 2, 2], [10.0, 9.0, 8.0, 7.0]), 1, 100)
+    on = summarize_run("overlap", "nvlink", summary([2, 1.6, 1.6, 1.6], [10.0, 9.0, 8.0, 7.0], PROFILE), 1, 100)
+    return json.loads(json.dumps([off.__dict__, on.__dict__], default=str))
+
+
+def odd(row: int, **changes):
+    def make() -> list[dict]:
+        rows = good_rows()
+        rows[row].update(changes)
+        return rows
+    return make
+
+
+def without_hidden_fraction() -> list[dict]:
+    rows = good_rows()
+    del rows[1]["overlap_efficiency"]["hidden_fraction"]
+    return rows
+
+
+ODD_FILES = [  # (rows, what the one line must name)
+    (odd(1, median_s="fast"), "row 2 (nvlink/overlap), field median_s = 'fast'; allowed: a finite number > 0"),
+    (odd(0, median_s=float("nan")), "row 1 (nvlink/off), field median_s = nan;"),
+    (odd(1, overlap_efficiency="x"), "row 2 (nvlink/overlap), field overlap_efficiency = 'x'; allowed: a profile"),
+    (lambda: [], "a list of rows (found an empty list)"),
+    (without_hidden_fraction, "row 2 (nvlink/overlap), field overlap_efficiency.hidden_fraction = None; allowed: a finite"),
+    (odd(1, overlap_efficiency={**PROFILE["overlap_efficiency"], "iterations": 0}), "overlap_efficiency.iterations = 0;"),
+    (odd(1, overlap_efficiency={**PROFILE["overlap_efficiency"], "phases": {"inside": "x"}}),
+     "field overlap_efficiency.phases.inside = 'x'; allowed: a mapping of finite numbers, or null"),
+    (odd(0, spread_s=[1.0]), "row 1 (nvlink/off), field spread_s = [1.0]; allowed: two finite numbers"),
+    (odd(0, step_times=[1.0, "x"]), "field step_times = [1.0, 'x']; allowed: a list of finite numbers > 0"),
+    (odd(0, peak_gib=float("inf")), "field peak_gib = inf;"),
+    (odd(0, losses={"first": 1.0}), "field losses = {'first': 1.0}; allowed: a mapping of iteration number"),
+    (odd(0, skipped=[True]), "field skipped = [True];"),
+    (odd(1, speedup=-1), "row 2 (nvlink/overlap), field speedup = -1;"),
+    (odd(0, ok="yes"), "field ok = 'yes'; allowed: true or false"),
+    (odd(0, finalized=[]), "field finalized = [];"),
+    (odd(0, colour="red"), "field colour = 'red'; allowed: only VariantResult fields"),
+    (lambda: [good_rows()[0], 7], "row 2, field (the row itself) = 7;"),
+    (lambda: [{"variant": "off", "ok": True}], "row 1 (None/off), field link = None; allowed: a non-empty string (missing)"),
+]
+
+
+@pytest.mark.parametrize("rows,needle", ODD_FILES, ids=[n.split(";")[0][-40:] for _, n in ODD_FILES])
+def test_report_refuses_an_odd_row_naming_file_row_and_field(rows, needle, tmp_path, capsys):
+    """Each of these crashed `bench --report` (TypeError, AttributeError) after validation of the
+    file's JSON alone, some after partial outputs were written, or ([]) exited 1 without a reason."""
+    from mbridge_ep_overlap.tools.cli import main
+
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir(), bad.mkdir()
+    (good / "results.json").write_text(json.dumps(good_rows()))
+    (bad / "results.json").write_text(json.dumps(rows()))  # NaN / Infinity as Python's json writes them
+    code = main(["bench", "--report", str(good), str(bad), "--out", str(tmp_path / "merged")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"invalid bench results file '{bad / 'results.json'}'" in err and needle in err, err
+    assert not (tmp_path / "merged").exists()  # nothing written before every file passed
+
+
+def test_report_of_deeply_nested_json_is_one_line(tmp_path, capsys):
+    from mbridge_ep_overlap.tools.cli import main
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "results.json").write_text("[" * 100_000 + "]" * 100_000)
+    code = main(["bench", "--report", str(tmp_path / "r"), "--out", str(tmp_path / "m")])
+    err = capsys.readouterr().err
+    assert code == 2 and "unreadable bench results file" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_row_check_knows_every_field_and_passes_real_evidence():
+    from mbridge_ep_overlap.tools.results import ROW_FIELDS, VariantResult, load_results
+
+    assert set(ROW_FIELDS) == {f.name for f in dataclasses.fields(VariantResult)}
+    for path in sorted((REPO / "docs/evidence").glob("*/results.json")):
+        assert load_results(path), path
+
+
+def test_an_ok_row_without_a_steady_window_renders(tmp_path):
+    """bench --tune judges such a row 'failed: no steady-window step time'; the table must still be made."""
+    from mbridge_ep_overlap.tools.bench import VariantResult
+
+    off = summarize_run("off", "nvlink", summary([2, 2, 2, 2], [10.0, 9.0, 8.0, 7.0]), 1, 100)
+    rows = [off, VariantResult("overlap", "nvlink", ok=True, step_times=[2.0])]
+    compare_to_baseline(rows)
+    assert "| nvlink | overlap | - | - | - | - | - |" in markdown(rows, "t")
+    assert plot(rows, tmp_path / "p.png")
+
+
+def test_plot_of_failed_rows_only_has_no_legend_warning(tmp_path, recwarn):
+    from mbridge_ep_overlap.tools.bench import VariantResult
+
+    assert plot([VariantResult("off", "nvlink", ok=False, error="x")], tmp_path / "p.png")
+    assert not [w for w in recwarn if "legend" in str(w.message)]
+
+
+# ---- bench on a machine without (enough) GPUs; --out that cannot be a folder ------------------------
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_bench_without_enough_gpus_launches_nothing(gpus, tmp_path, monkeypatch, capsys):
+    """It used to start torchrun anyway: 17 s, exit 1, a row 'failed: run 'nvlink__off' exit code 1'
+    and the real cause only in a rank's stderr.log."""
+    from mbridge_ep_overlap.tools import bench
+    from mbridge_ep_overlap.tools.cli import main
+
+    launched = []
+    monkeypatch.setattr(bench, "launch", lambda *a, **k: launched.append(a))
+    monkeypatch.setattr(bench, "cuda_device_count", lambda: gpus)
+    code = main(["bench", "--variants", "off", "--links", "nvlink", "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"too many GPUs for this machine: --nproc 2; allowed: at most the {gpus} CUDA GPU(s)" in err
+    assert launched == [] and not (tmp_path / "x").exists()
+    # the request's own checks come first: a bad flag is still reported as such
+    code = main(["bench", "--variants", "fast", "--links", "nvlink", "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown variant 'fast'" in err and "GPU" not in err
+
+
+def test_gpu_count_without_torch_is_one_line_not_a_traceback(monkeypatch):
+    import sys
+
+    from mbridge_ep_overlap.tools import bench
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # torch missing: one line, no traceback
+    with pytest.raises(UsageError, match="missing torch"):
+        bench.require_gpus(1)
+
+
+@pytest.mark.parametrize("kind", ["loop", "dangling", "file", "loop-parent"])
+def test_bench_out_that_cannot_be_a_folder(kind, tmp_path, monkeypatch, capsys):
+    """A symbolic-link loop used to read "cannot use '...': File exists" (mkdir(exist_ok=True))."""
+    from mbridge_ep_overlap.tools import bench
+    from mbridge_ep_overlap.tools.cli import main
+
+    launched = []
+    monkeypatch.setattr(bench, "launch", lambda *a, **k: launched.append(a))
+    monkeypatch.setattr(bench, "cuda_device_count", lambda: 2)
+    link = tmp_path / "o"
+    out = link / "sub" if kind == "loop-parent" else link
+    if kind in ("loop", "loop-parent"):
+        link.symlink_to(link)
+        why = f"{link} is a symbolic-link loop"
+    elif kind == "dangling":
+        link.symlink_to(tmp_path / "nowhere")
+        why = f"{link} is a symbolic link to {tmp_path / 'nowhere'}, which does not exist"
+    else:
+        link.write_text("")
+        why = f"{link} exists and is not a folder"
+    code = main(["bench", "--variants", "off", "--links", "nvlink", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "File exists" not in err, err
+    assert f"unusable --out '{out}'" in err and why in err, err
+    assert launched == []
+    code = main(["bench", "--report", str(REPO / "docs/evidence/bench-2xh200-stop10"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and why in err and len(err.strip().splitlines()) == 1, err

@@ -254,3 +254,63 @@ def test_a_refusal_with_overlap_off_says_so_and_overlap_only_rules_stay_quiet(ca
         build(spec("model.moe_permute_fusion=true"))
     assert str(e.value).startswith("config refused (EP overlap off) (build)")
     assert "te-features-need-te" in str(e.value)
+
+
+@pytest.mark.parametrize("section,value,error,needle", [
+    ("model", None, UsageError, "cfg.model"),
+    ("model", "gpt", UsageError, "cfg.model"),
+    ("comm_overlap", "on", UsageError, "cfg.comm_overlap"),
+    ("env_vars", "A=1", EPOverlapError, "env-vars-type"),
+    ("env_vars", {1: 2}, EPOverlapError, "env-vars-type"),
+])
+def test_a_malformed_config_section_is_a_typed_error_and_nothing_changes(proxy_cfg, h100x2, section, value, error, needle):
+    """A config whose sections have the wrong type is refused before any edit (UsageError naming the
+    section; a malformed value inside one: the value rule, as EPOverlapError), never an AttributeError."""
+    from mbridge_ep_overlap import check_ep_overlap
+    from mbridge_ep_overlap.core.enable import disable_ep_overlap
+
+    setattr(proxy_cfg, section, value)
+    before = snapshot(proxy_cfg)
+    with pytest.raises(error, match=needle):
+        enable_ep_overlap(proxy_cfg, environment=h100x2)
+    assert snapshot(proxy_cfg) == before
+    if error is UsageError:
+        for call in (lambda: check_ep_overlap(proxy_cfg, environment=h100x2), lambda: disable_ep_overlap(proxy_cfg)):
+            with pytest.raises(UsageError, match=needle):
+                call()
+    else:
+        assert needle in {v.rule_id for v in check_ep_overlap(proxy_cfg, environment=h100x2)}
+
+
+@pytest.mark.parametrize("make,needle", [
+    (lambda RunSpec, TargetSpec, build: build("qwen3_moe_proxy"), "invalid spec"),
+    (lambda RunSpec, TargetSpec, build: build(None), "invalid spec"),
+    (lambda RunSpec, TargetSpec, build: build(RunSpec(recipe="qwen3_moe_proxy"), target="h100"), "invalid target"),
+    (lambda RunSpec, TargetSpec, build: RunSpec(recipe="qwen3_moe_proxy", target=None).validated(), "invalid target"),
+    (lambda RunSpec, TargetSpec, build: RunSpec(recipe="qwen3_moe_proxy", overrides=None).validated(), "overrides"),
+    (lambda RunSpec, TargetSpec, build: RunSpec(recipe="qwen3_moe_proxy", overrides="model.x=1").validated(), "overrides"),
+    (lambda RunSpec, TargetSpec, build: RunSpec(recipe="qwen3_moe_proxy", overrides=(5,)).validated(), "override"),
+    (lambda RunSpec, TargetSpec, build: RunSpec(recipe="qwen3_moe_proxy", hf_config_dir=5).validated(), "hf_config_dir"),
+    (lambda RunSpec, TargetSpec, build: RunSpec(recipe="qwen3_moe_proxy", hf_config_dir="").validated(), "hf_config_dir"),
+    (lambda RunSpec, TargetSpec, build: TargetSpec(te="1-").validated(), "te version"),
+    (lambda RunSpec, TargetSpec, build: TargetSpec(deep_ep="2.18.0+").validated(), "deep_ep version"),
+    (lambda RunSpec, TargetSpec, build: TargetSpec(num_gpus=True).validated(), "number of GPUs"),
+    (lambda RunSpec, TargetSpec, build: TargetSpec(this_machine="yes").validated(), "this_machine"),
+    (lambda RunSpec, TargetSpec, build: RunSpec(recipe="qwen3_moe_proxy", ep_overlap=False,
+                                                dispatcher="auto").validated(), "while EP overlap is off"),
+    (lambda RunSpec, TargetSpec, build: RunSpec(recipe="qwen3_moe_proxy", tensor_model_parallel_size=True).validated(),
+     "tensor_model_parallel_size"),
+])
+def test_run_spec_and_build_refuse_wrong_types_with_usage_error(make, needle):
+    from mbridge_ep_overlap import RunSpec, build
+    from mbridge_ep_overlap.spec import TargetSpec
+
+    with pytest.raises(UsageError, match=needle):
+        make(RunSpec, TargetSpec, build)
+
+
+@pytest.mark.parametrize("version", ["2.18.0", "2.18.0+15288857", "1.7", "2.10.0.dev0", "none"])
+def test_valid_versions_pass(version):
+    from mbridge_ep_overlap.spec import TargetSpec
+
+    assert TargetSpec(te=version, deep_ep=version).validated()

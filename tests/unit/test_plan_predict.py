@@ -56,6 +56,65 @@ def test_plan_says_why_no_prediction(capsys):
     assert code == 0 and "no hardware model for a100" in json.loads(out)["prediction"]["error"]
 
 
+def _strict_json(text: str):
+    """json.loads that refuses Infinity / NaN (not JSON, RFC 8259)."""
+    def refuse(token: str):
+        raise AssertionError(f"{token} on stdout: not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+# the new-user probe's commands: each refused (exit 1) with the value rule named, in strict JSON, no prediction
+PROBES = [
+    (["--global-batch-size", str(2 * 10**400)], "sizes-fit-int64"),
+    (["--seq-length", str(10**400)], "sizes-fit-int64"),
+    (["--seq-length", str(10**200)], "sizes-fit-int64"),
+    (["--set", "model.moe_ffn_hidden_size=abc"], "moe-ffn-hidden-size"),
+    (["--set", "model.moe_ffn_hidden_size=-1"], "moe-ffn-hidden-size"),
+    (["--set", "model.num_query_groups=0"], "num-query-groups"),
+    (["--set", "model.kv_channels=0"], "kv-channels"),
+    (["--set", "model.vocab_size=-5"], "vocab-size"),
+    (["--set", "model.moe_expert_capacity_factor=-1"], "moe-capacity-factor"),
+    (["--set", "model.moe_expert_capacity_factor=inf"], "moe-capacity-factor"),  # inf reaches the JSON as "inf"
+]
+
+
+@pytest.mark.parametrize("argv,rule", PROBES, ids=[f"{a[-1][:30]}" for a, _ in PROBES])
+def test_plan_refuses_values_no_run_can_have(capsys, argv, rule):
+    code, out = _plan(capsys, "--json", "--predict", *argv)
+    data = _strict_json(out)
+    assert code == 1 and data["accepted"] is False and "prediction" not in data
+    assert rule in {v["rule_id"] for v in data["violations"]}
+    code, out = _plan(capsys, "--predict", *argv)  # the text form: one refusal, no traceback
+    assert code == 1 and out.startswith("qwen3_moe_proxy: REFUSED") and f"[error] {rule}:" in out
+    if argv[-1].endswith("=inf"):
+        assert next(v for v in data["violations"] if v["rule_id"] == rule)["current"] == "inf"
+
+
+def test_plan_accepted_with_a_prediction_not_made(capsys):
+    """A valid config the model does not cover: accepted, the prediction 'not made' with the reason."""
+    code, out = _plan(capsys, "--json", "--predict", "--set", "model.num_layers=2000")
+    data = _strict_json(out)
+    assert code == 0 and data["accepted"] is True
+    assert data["prediction"] == {"error": "the config is outside the model (a model chunk of 2000 layers: "
+                                           "the replay simulates at most 1024)"}
+    code, out = _plan(capsys, "--predict", "--set", "model.num_layers=2000")
+    assert code == 0 and "predicted step time: not made (the config is outside the model (a model chunk" in out
+
+
+def test_plan_json_writer_never_writes_infinity_or_nan(capsys):
+    """Whatever non-finite number reaches the writer becomes a string; ints too long to print, their size."""
+    import argparse
+
+    from mbridge_ep_overlap.tools import plan_command
+
+    data = {"a": float("inf"), "b": [float("-inf"), {"c": float("nan")}], "d": (1.5, 10**5000), "e": 2**64}
+    with mock.patch.object(plan_command, "_collect", return_value=(0, data, [])):
+        assert plan_command.main(argparse.Namespace(json=True)) == 0
+    assert _strict_json(capsys.readouterr().out) == {"a": "inf", "b": ["-inf", {"c": "nan"}],
+                                                     "d": [1.5, "a 16610-bit integer"], "e": 2**64}
+
+
 def test_building_the_cli_loads_no_prediction_code():
     code = ("import sys; from mbridge_ep_overlap.tools.cli import build_parser; build_parser(); "
             "print(sorted(m for m in sys.modules if m.startswith('mbridge_ep_overlap.predict')))")

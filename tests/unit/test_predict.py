@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 import subprocess
 import sys
@@ -16,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from mbridge_ep_overlap.predict import (Cluster, LinkSpec, NotModelled, Prediction, StepInputs, default_calibration,
-                                        predict, rank_dispatchers)
+from mbridge_ep_overlap.predict import (Cluster, LinkSpec, NotModelled, OutsideModel, Prediction, StepInputs,
+                                        default_calibration, predict, rank_dispatchers)
 from mbridge_ep_overlap.predict import calibrate as cal_mod
 from mbridge_ep_overlap.predict import validation as val
+from mbridge_ep_overlap.predict.model import MAX_CHUNK_LAYERS
 from mbridge_ep_overlap.predict.schedule import COMM, COMP, K_A2A, K_COMP, K_HOST, K_POST, build_overlap_program
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,6 +122,95 @@ def test_from_summary_refuses_sizes_megatron_refuses(change, match):
         StepInputs.from_summary(s, num_gpus=12 if not change else 16)
 
 
+# odd values: StepInputs names the field (ValueError), never a truncation, an OverflowError or a
+# prediction made of inf / nan; one row per value
+ODD_INPUTS = [
+    ({"seq_length": 2**63}, "seq_length exceeds 2\\*\\*63 - 1"),
+    ({"seq_length": 10**400}, "seq_length exceeds .*1329-bit integer"),
+    ({"hidden_size": 10**5000}, "hidden_size exceeds .*bit integer"),  # too long to print: shown by its size
+    ({"seq_length": float("inf")}, "seq_length must be an integer"),
+    ({"seq_length": float("nan")}, "seq_length must be an integer"),
+    ({"seq_length": 4096.0}, "seq_length must be an integer"),
+    ({"micro_batch_size": True}, "micro_batch_size must be an integer"),
+    ({"moe_ffn_hidden_size": "768"}, "moe_ffn_hidden_size must be an integer"),
+    ({"moe_ffn_hidden_size": -1}, "moe_ffn_hidden_size must be >= 1, got -1"),
+    ({"num_query_groups": 0}, "num_query_groups must be >= 1"),
+    ({"kv_channels": 0}, "kv_channels must be >= 1"),
+    ({"vocab_size": -5}, "vocab_size must be >= 1"),
+    ({"mtp_num_layers": -1}, "mtp_num_layers must be >= 0"),
+    ({"vpp": 0}, "vpp must be >= 1"),
+    ({"ffn_hidden_size": 2.5}, "ffn_hidden_size must be an integer or None"),
+    ({"seq_length": 2**50, "num_microbatches": 2**10}, "tokens per step"),  # 2**50 x 2**10 x DP 16 = 2**64
+]
+
+
+@pytest.mark.parametrize("change,match", ODD_INPUTS, ids=[str(i) for i in range(len(ODD_INPUTS))])
+def test_step_inputs_refuse_odd_values_by_name(change, match):
+    with pytest.raises(ValueError, match=match):
+        _moe(**change)
+
+
+# from_summary: what a JSON file may hold is converted exactly (4096.0, "4096"), the rest refused by name
+SUMMARY_VALUES = [
+    ("seq_length", 4096.0, 4096), ("seq_length", "4096", 4096), ("seq_length", 2.5, "seq_length must be an integer"),
+    ("seq_length", float("inf"), "seq_length must be an integer"), ("seq_length", "abc", "must be an integer"),
+    ("global_batch_size", 2 * 10**400, "global_batch_size exceeds"), ("micro_batch_size", 0, "must be >= 1"),
+    ("moe_layer_freq", "([0]*3+[1]*99999999999)", "pattern of 100000000002 layers"),
+    ("moe_layer_freq", 10**400, 1),  # one MoE layer in 10**400: layer 0 of the 4 (exact integer math, no 0.0)
+]
+
+
+@pytest.mark.parametrize("key,value,expected", SUMMARY_VALUES, ids=[str(i) for i in range(len(SUMMARY_VALUES))])
+def test_from_summary_converts_exactly_or_refuses_by_name(key, value, expected):
+    s = {"hidden_size": 2048, "num_attention_heads": 32, "seq_length": 4096, "micro_batch_size": 1,
+         "global_batch_size": 1024, "num_moe_experts": 128, "moe_router_topk": 8, "moe_ffn_hidden_size": 768,
+         "expert_model_parallel_size": 16, key: value}
+    if isinstance(expected, str):
+        with pytest.raises(ValueError, match=expected):
+            StepInputs.from_summary(s, num_gpus=16)
+    elif key == "moe_layer_freq":
+        assert StepInputs.from_summary(s, num_gpus=16).num_moe_layers == expected
+    else:
+        assert getattr(StepInputs.from_summary(s, num_gpus=16), key) == expected
+
+
+def _calibrated(**changes):
+    import dataclasses
+
+    return dataclasses.replace(default_calibration(), **changes)
+
+
+# predictions are finite or not made: OutsideModel with the reason (a ValueError), one row per cause
+NOT_MADE = [
+    (_moe(num_layers=MAX_CHUNK_LAYERS + 1), H100_16, None, "model chunk of 1025 layers"),
+    (_moe(num_layers=2 * MAX_CHUNK_LAYERS + 2, pp=2, vpp=1, dp=8), H100_16, None, "model chunk of 1025 layers"),
+    (_moe(), H100_16, _calibrated(gemm_efficiency=0.0), "arithmetic out of range \\(ZeroDivisionError"),
+    (_moe(), Cluster(gpu="h100", num_gpus=16, inter_link=LinkSpec(name="dead", bandwidth_GBps=0.0, latency_s=0.0)),
+     None, "arithmetic out of range"),
+    (_moe(), H100_16, _calibrated(memory_efficiency=float("nan")), "non-finite result \\(off_step_s = nan"),
+    (_moe(), H100_16, _calibrated(memory_efficiency=1e-320), "non-finite result \\(off_step_s = inf"),
+]
+
+
+@pytest.mark.parametrize("inputs,cluster,calibration,reason", NOT_MADE, ids=[str(i) for i in range(len(NOT_MADE))])
+def test_prediction_is_finite_or_not_made(inputs, cluster, calibration, reason):
+    with pytest.raises(OutsideModel, match=reason) as excinfo:
+        predict(inputs, cluster, calibration)
+    assert isinstance(excinfo.value, ValueError) and excinfo.value.reason
+    with pytest.raises(OutsideModel, match=reason):
+        rank_dispatchers(inputs, cluster, calibration)
+
+
+def test_the_largest_values_a_run_can_have_give_a_finite_prediction():
+    """Every size at the edge of what StepInputs accepts: huge step times, but finite numbers."""
+    edge = _moe(num_layers=MAX_CHUNK_LAYERS, hidden_size=2**40, seq_length=2**40, num_microbatches=2**18,
+                vocab_size=2**62, moe_ffn_hidden_size=2**62, moe_router_topk=128)  # tokens 2**40 x 2**18 x 16 = 2**62
+    p = predict(edge, H100_16)
+    numbers = [p.off_step_s, p.on_step_s, p.speedup, p.hidden_fraction, *p.breakdown.values()]
+    assert all(math.isfinite(x) for x in numbers) and p.off_step_s > 1e20
+    json.dumps(p.to_dict(), allow_nan=False)
+
+
 def _cfg(**model):
     """A ConfigContainer-shaped stand-in (what from_config reads)."""
     from types import SimpleNamespace as NS
@@ -184,6 +275,30 @@ def test_config_prediction_for_a_described_target():
         for_config(_cfg(num_moe_experts=24), h100)  # not divisible by EP 16
     with pytest.raises(CannotPredict, match="ncclep"):
         for_config(_cfg(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="ncclep"), h100)
+
+
+@pytest.mark.parametrize("model,train,reason", [
+    ({"seq_length": 10**400}, {}, "seq_length exceeds 2\\*\\*63 - 1"),
+    ({"seq_length": float("inf")}, {}, "seq_length must be an integer, got inf"),
+    ({}, {"global_batch_size": 2 * 10**400}, "global_batch_size exceeds"),
+    ({"seq_length": 2**60}, {}, "tokens per step"),
+    ({"num_layers": 10**6}, {}, "model chunk of 1000000 layers"),
+    ({"moe_ffn_hidden_size": -1}, {}, "moe_ffn_hidden_size must be >= 1, got -1"),
+    ({"moe_ffn_hidden_size": "abc"}, {}, "moe_ffn_hidden_size must be an integer, got 'abc'"),
+    ({"num_query_groups": 0}, {}, "num_query_groups must be >= 1"),
+    ({"num_attention_heads": 0, "kv_channels": None}, {}, "num_attention_heads must be >= 1"),  # no ZeroDivisionError
+], ids=["seq-1e400", "seq-inf", "gbs-2e400", "tokens-2e64", "layers-1e6", "ffn-minus-1", "ffn-abc", "groups-0",
+        "heads-0"])
+def test_config_prediction_not_made_says_why(model, train, reason):
+    from types import SimpleNamespace as NS
+
+    from mbridge_ep_overlap.predict.config import CannotPredict, for_config
+
+    cfg = _cfg(**model)
+    vars(cfg.train).update(train)
+    with pytest.raises(CannotPredict, match=reason) as excinfo:
+        for_config(cfg, NS(gpu_name="NVIDIA H100 80GB HBM3", world_size=16, gpus_per_node=8, nvlink_domain_size=8))
+    assert excinfo.value.reason.startswith("the config is outside the model (")
 
 
 def test_advice_thresholds_quote_the_numbers():

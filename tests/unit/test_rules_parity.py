@@ -195,6 +195,15 @@ CASES = [
     Case("recompute-modules-type", m(recompute_granularity="selective", recompute_modules=5)),
     Case("mixed-precision-known", set_cfg(mixed_precision="nonsense")),
     Case("env-vars-type", set_cfg(env_vars=["CUDA_DEVICE_MAX_CONNECTIONS=32"])),
+    # MB's finalize accepts each of these; the comment names where upstream fails (or silently changes it) later
+    Case("sizes-fit-int64", train(global_batch_size=2 * 10**400)),  # MB data/loaders.py:127 -> numpy index
+    Case("tokens-per-step-fit-int64",  # 2**64 tokens per step; MCore datasets/gpt_dataset.py:690 counts them
+         chain(train(global_batch_size=2**32), m(seq_length=2**32), dataset(seq_length=2**32))),
+    Case("moe-ffn-hidden-size", m(moe_ffn_hidden_size=-1)),  # MCore moe/experts.py:212 at model construction
+    Case("num-query-groups", m(num_query_groups=0)),  # MCore attention.py:358 divides the heads by 0
+    Case("kv-channels", m(kv_channels=0)),  # MCore dot_product_attention.py:85 divides by sqrt(0)
+    Case("vocab-size", m(vocab_size=-5)),  # MB training/setup.py:707 once the tokenizer is built
+    Case("moe-capacity-factor", m(moe_expert_capacity_factor=-1.0)),  # MCore makes it None (dropless), asserted
     # what silently disables or corrupts the overlapped schedule (MCore 0.19.2 / MB 0.6.2 code paths)
     Case("model-has-schedule-plan", provider(WrapperProvider)),
     Case("moe-layer-code-bypassed", gemma4),
@@ -279,12 +288,100 @@ def test_rule_matches_upstream(case: Case, proxy_cfg):
         upstream_finalize(cfg, env, case)  # upstream accepts it: that is the gap this rule closes
         if case.rule in ("model-flag-reverted", "comm-overlap-snapshot-stale"):
             assert cfg.model.overlap_moe_expert_parallel_comm is False, "upstream silently turned overlap off"
+        if case.rule == "moe-capacity-factor":
+            assert cfg.model.moe_expert_capacity_factor is None, "upstream silently made the MoE dropless"
     else:
         with pytest.raises((AssertionError, ValueError, TypeError, ZeroDivisionError, AttributeError)) as excinfo:
             upstream_finalize(cfg, env, case)
         assert re.search(rule.upstream_match, str(excinfo.value)), (
             f"{case.rule}: upstream rejected it for another reason: {excinfo.value!r}"
         )
+
+
+# config values: one row per value: the value rules that refuse it (empty: accepted) and whether the
+# step-time prediction the advice rules read can still be made ("made": it does not read the value,
+# or reads it as a summary would hold it - 1024.0, "32768"). Covers what the parity cases above do
+# not: non-integral and non-finite floats where an int is required, the int64 bound on every size,
+# and None where upstream derives the value.
+BIG = 2 * 10**400
+VALUE_ROWS = [
+    (train(global_batch_size=BIG), {"sizes-fit-int64"}, "not made"),
+    (train(global_batch_size=2**63), {"sizes-fit-int64"}, "not made"),
+    (train(global_batch_size=2**63 - 32), {"tokens-per-step-fit-int64"}, "not made"),  # x 1024 tokens each
+    (train(micro_batch_size=2**64, global_batch_size=2**69), {"sizes-fit-int64"}, "not made"),
+    (chain(m(seq_length=10**400), dataset(seq_length=10**400)), {"sizes-fit-int64"}, "not made"),
+    (chain(m(seq_length=float("inf")), dataset(seq_length=float("inf"))), {"model-shape"}, "not made"),
+    (chain(m(seq_length=float("nan")), dataset(seq_length=float("nan"))), {"model-shape"}, "not made"),
+    (chain(m(seq_length=1024.5), dataset(seq_length=1024.5)), {"model-shape"}, "not made"),
+    (chain(m(seq_length=1024.0), dataset(seq_length=1024.0)), {"model-shape"}, "made"),  # an int is required
+    (train(global_batch_size=64.5), {"batch-sizes"}, "not made"),
+    (m(hidden_size=10**5000), {"sizes-fit-int64"}, "not made"),  # too long even to print: shown by its bit length
+    (m(num_moe_experts=2**64), {"sizes-fit-int64"}, "not made"),
+    (m(tensor_model_parallel_size=-(2**64)), {"sizes-fit-int64", "parallel-sizes"}, "not made"),
+    (m(moe_ffn_hidden_size="abc"), {"moe-ffn-hidden-size"}, "not made"),
+    (m(moe_ffn_hidden_size=0), {"moe-ffn-hidden-size"}, "not made"),
+    (m(moe_ffn_hidden_size=512.0), {"moe-ffn-hidden-size"}, "made"),
+    (m(moe_ffn_hidden_size=None), set(), "not made"),  # MCore uses ffn_hidden_size (at finalize: none yet here)
+    (m(moe_ffn_hidden_size=2**63), {"sizes-fit-int64"}, "not made"),
+    (m(num_query_groups=-1), {"num-query-groups"}, "not made"),
+    (m(num_query_groups=True), {"num-query-groups"}, "not made"),
+    (m(num_query_groups=None), set(), "made"),  # multi-head attention
+    (m(kv_channels=-1), {"kv-channels"}, "not made"),
+    (m(kv_channels=float("inf")), {"kv-channels"}, "not made"),
+    (m(kv_channels=None), set(), "made"),  # hidden_size // num_attention_heads
+    (m(vocab_size=0), {"vocab-size"}, "not made"),
+    (m(vocab_size="32768"), {"vocab-size"}, "made"),
+    (m(vocab_size=None), set(), "made"),  # the tokenizer's (the model assumes a default and says so)
+    (m(moe_expert_capacity_factor=0), {"moe-capacity-factor"}, "made"),
+    (m(moe_expert_capacity_factor=float("nan")), {"moe-capacity-factor"}, "made"),
+    (m(moe_expert_capacity_factor=float("inf")), {"moe-capacity-factor"}, "made"),
+    (m(moe_expert_capacity_factor=10**400), {"moe-capacity-factor"}, "made"),
+    (m(moe_expert_capacity_factor=1e308), {"moe-capacity-factor"}, "made"),  # math.ceil(256 x 1e308) overflows
+    (m(moe_expert_capacity_factor="1.0"), {"moe-capacity-factor"}, "made"),
+    (m(moe_expert_capacity_factor=1.5), set(), "made"),
+    (m(moe_expert_capacity_factor=None), set(), "made"),  # dropless
+]
+
+
+@pytest.mark.parametrize("mutate,expected,prediction", VALUE_ROWS, ids=[str(i) for i in range(len(VALUE_ROWS))])
+def test_value_rules_table(proxy_cfg, mutate, expected, prediction):
+    """Each row's value is refused by exactly the expected rules - never an exception, every message
+    printable - and where the step-time prediction cannot be made the advice rules are "not checked"
+    (not unreadable, not fired)."""
+    from mbridge_ep_overlap.core.engine import evaluate
+
+    cfg = base_config(proxy_cfg)
+    mutate(cfg)
+    env = environment(Case("values", mutate))
+    report = evaluate(cfg, env)
+    assert {v.rule_id for v in report.errors} == expected
+    assert all(v.line() for v in report.violations)  # a 10**5000 included
+    assert "predicted-gain-alltoall" not in report.unreadable
+    made = "predicted-gain-alltoall" not in report.not_checked
+    assert made == (prediction == "made")
+    if not made:
+        assert not [v for v in report.violations if v.severity is Severity.ADVICE]
+
+
+@pytest.mark.parametrize("mutate,rule", [
+    (train(global_batch_size=BIG), "sizes-fit-int64"),
+    (chain(m(seq_length=10**400), dataset(seq_length=10**400)), "sizes-fit-int64"),
+    (chain(m(seq_length=float("inf")), dataset(seq_length=float("inf"))), "model-shape"),
+    (m(moe_ffn_hidden_size=-1), "moe-ffn-hidden-size"),
+    (m(moe_expert_capacity_factor=-1), "moe-capacity-factor"),
+], ids=["gbs-2e400", "seq-1e400", "seq-inf", "moe-ffn-minus-1", "capacity-minus-1"])
+def test_enable_refuses_out_of_range_values_with_a_typed_error(proxy_cfg, mutate, rule):
+    """The API: EPOverlapError listing the value rule (not an OverflowError), the config unchanged."""
+    from mbridge_ep_overlap import EPOverlapError, enable_ep_overlap
+
+    mutate(proxy_cfg)
+    proxy_cfg.model.expert_model_parallel_size = 16
+    before = repr(proxy_cfg.comm_overlap)
+    env = describe("h100", BASE_WORLD, te_version="", deep_ep_version=None)
+    with pytest.raises(EPOverlapError) as excinfo:
+        enable_ep_overlap(proxy_cfg, environment=env)
+    assert rule in {v.rule_id for v in excinfo.value.violations}
+    assert repr(proxy_cfg.comm_overlap) == before
 
 
 def test_each_rule_carries_its_text_check_and_upstream_side_by_side():

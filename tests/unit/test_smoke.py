@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -137,9 +139,10 @@ def test_doctor_smoke_on_a_cpu_box_is_one_line_and_exit_2(monkeypatch, capsys):
 
     assert cli.build_parser().parse_args(["doctor", "--smoke"]).smoke is True
     monkeypatch.setattr(doctor, "doctor_lines", lambda: ["mbridge-ep-overlap doctor"])
-    assert doctor.main(argparse.Namespace(smoke=True)) == 2
+    assert cli.main(["doctor", "--smoke"]) == 2  # bad usage: one line on stderr, nothing else
     out = capsys.readouterr()
-    assert out.out.splitlines()[-1] == "dispatcher smoke check: cannot run: no CUDA GPU (torch.cuda.is_available() is False)"
+    assert out.out == "" and len(out.err.strip().splitlines()) == 1, out
+    assert "dispatcher smoke check cannot run" in out.err and "no CUDA GPU (torch.cuda.is_available() is False)" in out.err
     assert "Traceback" not in out.out + out.err
     assert doctor.main(argparse.Namespace(smoke=False)) == 0  # plain doctor reports, never fails
 
@@ -259,10 +262,33 @@ def test_real_torchrun_segv_is_classified_with_its_stack(tmp_path):
     assert any("smoke_worker.py" in f and "run_selftest" in f for f in v.stack)
 
 
+def smoke_workers_under(folder: Path) -> list[str]:
+    """Live (not zombie) smoke_worker processes whose working directory lies under ``folder``: the
+    check runs torchrun in its log folder, so only this test's workers qualify."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(entry / "cwd")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if "smoke_worker" in cmdline and state != "Z" and (cwd == str(folder) or cwd.startswith(f"{folder}/")):
+            found.append(f"{entry.name}: {cmdline}")
+    return found
+
+
 def test_real_torchrun_hang_is_killed_at_the_timeout(tmp_path):
     v = smoke.check_one("selftest-hang", 2, 10, tmp_path)
     assert v.status == "hung" and v.line() == "selftest-hang: hung (timeout after 10 s) in selftest step on this node"
     assert not launch._live  # the process group was killed and reaped
+    # torchrun's workers run in sessions of their own: the timeout must end them too, not orphan them
+    deadline = time.monotonic() + 3  # SIGKILL is delivered asynchronously
+    while smoke_workers_under(tmp_path.resolve()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert smoke_workers_under(tmp_path.resolve()) == []
 
 
 def test_the_worker_checks_what_the_routing_implies():

@@ -84,6 +84,7 @@ class FakeCluster:
 def cluster(tmp_path, monkeypatch):
     c = FakeCluster(tmp_path)
     monkeypatch.setattr(bench, "launch", c.launch)
+    monkeypatch.setattr(bench, "cuda_device_count", lambda: 8)  # the GPU node the fake launches stand for
     return c
 
 
@@ -369,3 +370,55 @@ def test_a_moved_tuned_folder_still_finds_its_nccl_file(cluster, tmp_path):
     (tmp_path / "elsewhere" / "nccl_communicator.yaml").unlink()
     with pytest.raises(UsageError, match="NCCL file"):
         tune.load_tuned(tmp_path / "elsewhere" / "tuned.json")
+
+
+def test_a_resumed_state_with_a_bad_row_is_measured_afresh(cluster, tmp_path, capsys):
+    """tune.json rows pass the same check as bench --report's (bench.result_from_row): a row with a
+    step time that is no number is not trusted - everything is measured again, and it says why."""
+    run_tune(cluster, tmp_path / "t", 10_000)
+    state = json.loads((tmp_path / "t" / "tune.json").read_text())
+    state["trials"][0]["result"]["median_s"] = "fast"
+    (tmp_path / "t" / "tune.json").write_text(json.dumps(state))
+    capsys.readouterr()
+    calls = len(cluster.calls)
+    o = run_tune(cluster, tmp_path / "t", 10_000)
+    out = capsys.readouterr().out
+    assert "unreadable (a run's field median_s = 'fast'; allowed: a finite number > 0, or null); measuring afresh" in out
+    assert len(cluster.calls) - calls == len(o.trials) and not any(t.cached for t in o.trials)
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_tune_without_enough_gpus_launches_nothing(gpus, tmp_path, monkeypatch, capsys):
+    """bench --tune on a machine with fewer CUDA GPUs than --nproc: one line, exit 2, no torchrun job,
+    no output folder (it used to run each baseline for seconds and fail in a rank's log)."""
+    from mbridge_ep_overlap.tools.cli import main
+
+    launched = []
+    monkeypatch.setattr(bench, "launch", lambda *a, **k: launched.append(a))
+    monkeypatch.setattr(bench, "cuda_device_count", lambda: gpus)
+    code = main(["bench", "--tune", "--budget", "60", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"--nproc 2; allowed: at most the {gpus} CUDA GPU(s) this machine has (bench --tune runs" in err
+    assert launched == [] and not (tmp_path / "o").exists()
+    # the request's own checks come first: a bad flag is still reported as such
+    code = main(["bench", "--tune", "--budget", "60", "--steps", "4", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--steps" in err and "GPU" not in err
+
+
+@pytest.mark.parametrize("kind", ["loop", "file"])
+def test_tune_out_that_cannot_be_a_folder(kind, cluster, tmp_path, capsys):
+    from mbridge_ep_overlap.tools.cli import main
+
+    out = tmp_path / "o"
+    if kind == "loop":
+        out.symlink_to(out)
+    else:
+        out.write_text("")
+    code = main(["bench", "--tune", "--budget", "60", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "File exists" not in err, err
+    why = "is a symbolic-link loop" if kind == "loop" else "exists and is not a folder"
+    assert f"unusable --out '{out}'" in err and f"{out} {why}" in err
+    assert cluster.calls == []

@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 from ..target.cluster import ClusterEnvironment
 from . import dispatcher as dispatchers
-from .engine import Report, evaluate
+from .engine import Report, evaluate, malformed
 from .errors import EPOverlapError, Severity, UsageError, Violation
 from .facts import Facts, get_path, set_path
 from .plan import FieldChange, OverlapPlan
@@ -115,12 +115,22 @@ def _plain(value: Any) -> bool:
 
 
 def require_config(cfg: Any) -> None:
-    """A Megatron-Bridge ConfigContainer, or UsageError (not an AttributeError deep inside)."""
+    """A Megatron-Bridge ConfigContainer whose sections EP overlap edits have their types, or
+    UsageError naming the section (not an AttributeError deep inside). Values inside the sections
+    are the value rules' business (``rules.values``, checked before any edit)."""
+    from megatron.bridge.training.comm_overlap import CommOverlapConfig
     from megatron.bridge.training.config import ConfigContainer
+    from megatron.core.transformer.transformer_config import TransformerConfig
 
     if not isinstance(cfg, ConfigContainer):
         raise UsageError("config", type(cfg).__name__, "a Megatron-Bridge ConfigContainer (what an MB recipe returns)",
                          "invalid")
+    for name, kind, allowed in (("model", TransformerConfig, "a model provider (a TransformerConfig, e.g. GPTModelProvider)"),
+                                ("comm_overlap", (CommOverlapConfig, type(None)), "a CommOverlapConfig or None")):
+        value = getattr(cfg, name, None)
+        if not isinstance(value, kind):
+            shown = value if value is None or isinstance(value, (str, int, float)) else type(value).__name__
+            raise UsageError(f"config section cfg.{name}", shown, allowed, "invalid")
 
 
 def require_target(environment: Any) -> None:
@@ -128,6 +138,18 @@ def require_target(environment: Any) -> None:
         raise UsageError("environment", environment,
                          "a ClusterEnvironment from describe(gpu, num_gpus) or probe(), or None for this machine",
                          "invalid")
+
+
+def mb_fallback(backend: str, target: ClusterEnvironment) -> Violation:
+    """Megatron-Bridge's ``apply_flex_dispatcher_backend`` set alltoall instead of ``backend`` (its
+    GPU allow-list; upstream says so only in a rank-0 warning): the refusal, as rule flex-backend-gpu."""
+    rule = RULES_BY_ID["flex-backend-gpu"]
+    return Violation(
+        rule_id=rule.id, severity=Severity.ERROR, field=rule.field,
+        current=f"{backend} on {target.gpu_name}", required=rule.required,
+        message=f"Megatron-Bridge fell back from {backend} to alltoall (only a rank-0 warning upstream)",
+        fix=rule.fix + "; or pass resolve='auto' to accept the fallback", upstream=rule.upstream.value,
+    )
 
 
 class Session:
@@ -153,6 +175,10 @@ class Session:
         from megatron.bridge.training.comm_overlap import CommOverlapConfig
 
         cfg, opts, edit = self.cfg, self.options, self.edit
+        require_config(cfg)
+        malformed_values = [v for v in malformed(cfg, self.target) if v.severity is Severity.ERROR]
+        if malformed_values:  # nothing is edited on a config whose values cannot be read
+            raise EPOverlapError(malformed_values, "malformed values, nothing changed")
         already_on = Facts(cfg, self.target).overlap
         if cfg.comm_overlap is None:
             edit.set("comm_overlap", CommOverlapConfig(tp_comm_overlap=False), "recipe had no CommOverlapConfig")
@@ -204,13 +230,7 @@ class Session:
             if not self.target.has_gpu:
                 self.notes.append(f"GPU unknown here: the {backend} GPU allow-list is checked at finalize on the GPU node")
             return
-        rule = RULES_BY_ID["flex-backend-gpu"]
-        fell_back = Violation(
-            rule_id=rule.id, severity=Severity.ERROR, field=rule.field,
-            current=f"{backend} on {self.target.gpu_name}", required=rule.required,
-            message=f"Megatron-Bridge fell back from {backend} to alltoall (only a rank-0 warning upstream)",
-            fix=rule.fix + "; or pass resolve='auto' to accept the fallback", upstream=rule.upstream.value,
-        )
+        fell_back = mb_fallback(backend, self.target)
         if self.options.resolve == "error":
             self.fallback = fell_back
         else:

@@ -89,6 +89,22 @@ def evaluate(cfg: Any, environment: ClusterEnvironment | None = None, forward_st
     return report
 
 
+def malformed(cfg: Any, environment: ClusterEnvironment) -> list[Violation]:
+    """The value rules alone (types and ranges; ``Rule.sanity``): what ``enable`` checks before it
+    edits anything. Not counted in ``evaluations`` (the full table is still evaluated once)."""
+    facts = Facts(cfg, environment)
+    out = []
+    for rule in RULES:
+        if not rule.sanity:
+            continue
+        try:
+            if rule.applies(facts) and rule.checkable(facts) and not rule.ok(facts):
+                out.append(rule.violation(facts))
+        except _UNREADABLE:
+            pass
+    return out
+
+
 _UNREADABLE = (TypeError, ValueError, ZeroDivisionError, AttributeError, KeyError, IndexError)
 
 

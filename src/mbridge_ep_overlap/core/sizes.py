@@ -11,6 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 
+INT64_MAX = 2**63 - 1
+"""The bound on every size and on the tokens per step: torch and numpy hold sizes, shapes, positions
+and token counts as int64, so no run can have more (``rules.values``, ``predict.inputs``)."""
+
+
+def shown(value: int) -> str:
+    """An int for a message: its digits up to 64 bits, else its size (a 10**5000 cannot even be
+    printed: Python refuses to convert ints of more than 4300 digits to text)."""
+    return str(value) if abs(value).bit_length() <= 64 else f"a {abs(value).bit_length()}-bit integer"
+
+
 def positive_int(value: Any) -> int | None:
     """``value`` when it is an int >= 1 (bools excluded), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None

@@ -8,6 +8,8 @@ this project it reads ``core.sizes`` and ``target.gpus``, plain arithmetic and d
     StepInputs, Cluster, LinkSpec                      (inputs)   what is predicted for where
     predict(inputs, cluster, calibration=None)          (model)    -> Prediction
     rank_dispatchers(inputs, cluster, calibration=None) (model)    -> [(dispatcher, Prediction | NotModelled)]
+    OutsideModel                                        (model)    no prediction for these inputs, with the
+                                                                   reason (predictions are finite or not made)
     Calibration, default_calibration()                  (costs)    the fitted constants (calibration.json)
     fit(rows, calibration_ids), load_rows(paths)        (calibrate) re-fit from bench results.json
     inputs.from_config(cfg, world_size)                 (inputs)   StepInputs of a Megatron-Bridge config
@@ -19,9 +21,9 @@ Method, defaults with sources, calibration and validation: docs/prediction.md.
 
 from .costs import Calibration, default_calibration
 from .inputs import Cluster, LinkSpec, StepInputs
-from .model import NotModelled, Prediction, predict, rank_dispatchers
+from .model import NotModelled, OutsideModel, Prediction, predict, rank_dispatchers
 
 __all__ = [
     "StepInputs", "Cluster", "LinkSpec", "Calibration", "default_calibration",
-    "Prediction", "NotModelled", "predict", "rank_dispatchers",
+    "Prediction", "NotModelled", "OutsideModel", "predict", "rank_dispatchers",
 ]

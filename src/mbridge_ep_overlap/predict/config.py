@@ -10,9 +10,10 @@ Contract
 * ``for_config(cfg, target, *, precision=None, dispatcher=None, assume=None)`` ->
   ``ConfigPrediction``: the config's inputs (``inputs.from_config``), the prediction for its
   dispatcher (or ``dispatcher``) and every dispatcher ranked (``model.rank_dispatchers``), with
-  ``lines()`` for ``plan`` and ``to_dict()`` for its JSON; every failure to predict (unknown
-  GPU, a config the model does not cover, a dispatcher without a bandwidth model) is
-  ``CannotPredict`` with the reason, never another exception.
+  ``lines()`` for ``plan`` and ``to_dict()`` for its JSON (every number in it finite); every
+  failure to predict (unknown GPU, a config the model does not cover - malformed or out-of-range
+  values, sizes no run can have, arithmetic out of range -, a dispatcher without a bandwidth model)
+  is ``CannotPredict`` with the reason, never another exception.
 * The advice thresholds: overlap is worth keeping when its predicted speedup is at least
   ``MIN_GAIN``; another dispatcher is *clearly* faster when its predicted step is shorter by more
   than ``CLEAR_MARGIN`` (the model's stated accuracy on step time, ``validation.TARGET``).
@@ -29,7 +30,7 @@ from typing import Any, Iterable, Mapping
 from ..target.gpus import match
 from .costs import domain_size, hardware
 from .inputs import Cluster, StepInputs, from_config
-from .model import NotModelled, Prediction, rank_dispatchers
+from .model import NotModelled, OutsideModel, Prediction, rank_dispatchers
 from .validation import TARGET
 
 MIN_GAIN = 1.03  # predicted overlap speedup below this: at best a few percent, within the model's error
@@ -121,7 +122,7 @@ def cluster_for(target: Any) -> tuple[Cluster, tuple[str, ...]]:
     return cluster, assumed
 
 
-_CONFIG_ERRORS = (KeyError, ValueError, TypeError, AttributeError, ZeroDivisionError)
+_CONFIG_ERRORS = (KeyError, ValueError, TypeError, AttributeError, ArithmeticError)  # Overflow-, ZeroDivisionError
 
 
 def for_config(cfg: Any, target: Any, *, precision: str | None = None, dispatcher: str | None = None,
@@ -131,12 +132,19 @@ def for_config(cfg: Any, target: Any, *, precision: str | None = None, dispatche
     try:
         inputs = from_config(cfg, cluster.num_gpus, precision=precision, dispatcher=dispatcher, assume=assume)
         ranking = tuple(rank_dispatchers(inputs, cluster))
+    except OutsideModel as e:
+        raise CannotPredict(f"the config is outside the model ({e.reason})") from None
     except _CONFIG_ERRORS as e:
-        raise CannotPredict(f"the config is outside the model ({type(e).__name__}: {e})") from None
+        raise CannotPredict(f"the config is outside the model ({type(e).__name__}: {_first_line(e)})") from None
     own = dict(ranking)[inputs.dispatcher]
     if isinstance(own, NotModelled):
         raise CannotPredict(own.reason)
     return ConfigPrediction(inputs, cluster, own, ranking, assumed)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e)
+    return text.splitlines()[0][:300] if text else ""
 
 
 # ---- the advice thresholds ---------------------------------------------------------------------

@@ -18,6 +18,13 @@ Contract
 * ``Cluster`` - the target machine: GPU kind (a key of ``hardware.json``), number of GPUs, GPUs
   per node and NVLink-domain size (``None``: the GPU kind's default), and optional ``LinkSpec``
   overrides for the link inside the NVLink domain and the link between domains.
+* Refused inputs: ``StepInputs`` raises ``ValueError`` naming the field for a size that is not an
+  integer (a bool, ``2.5``, ``inf``, ``nan``, a string), is below its minimum, or exceeds
+  ``INT64_MAX`` (2**63 - 1, the largest signed 64-bit integer: torch and numpy hold sizes, shapes
+  and token counts as int64, so no run can have more), and for more than ``INT64_MAX`` tokens per
+  step; ``from_summary`` converts integral floats (``4096.0``) and numeric strings and refuses the
+  rest the same way. So every size the model multiplies is a real run's, and its float arithmetic
+  stays finite.
 
 Nothing here imports anything outside the standard library (``core.sizes`` is plain arithmetic).
 """
@@ -25,6 +32,7 @@ Nothing here imports anything outside the standard library (``core.sizes`` is pl
 from __future__ import annotations
 
 import math
+import operator
 import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
@@ -32,6 +40,8 @@ from typing import Any, Mapping
 from ..core import sizes
 
 DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep")
+INT64_MAX, shown = sizes.INT64_MAX, sizes.shown  # the bound on every size and on the tokens per step
+MAX_LAYER_PATTERN = 1 << 20  # a Megatron-LM layer-pattern string expands to at most this many layers here
 TRANSFORMER_IMPLS = ("transformer_engine", "local")
 
 # Defaults for fields a summary may lack. Sources: Megatron-Core 0.19.2 TransformerConfig /
@@ -70,17 +80,56 @@ NONE_IS_A_VALUE = frozenset({
 
 
 def _parse_layer_pattern(text: str) -> list[int] | int | None:
-    """``"([0]*3+[1]*58)"`` -> [0, 0, 0, 1, ...]; ``"1"`` -> 1; anything else -> None (no eval)."""
+    """``"([0]*3+[1]*58)"`` -> [0, 0, 0, 1, ...]; ``"1"`` -> 1; anything else -> None (no eval).
+    A pattern of more than ``MAX_LAYER_PATTERN`` layers is ``ValueError`` (never expanded)."""
     t = text.strip().strip("()").replace(" ", "")
     if t.isdigit():
         return int(t)
-    out: list[int] = []
+    terms: list[tuple[list[int], int]] = []
     for term in t.split("+"):
         m = re.fullmatch(r"\[([\d,]+)\](?:\*(\d+))?", term)
-        if not m:
+        if not m or not all(m.group(1).split(",")):
             return None
-        out += [int(x) for x in m.group(1).split(",")] * int(m.group(2) or 1)
-    return out
+        terms.append(([int(x) for x in m.group(1).split(",")], int(m.group(2) or 1)))
+    total = sum(len(kinds) * times for kinds, times in terms)
+    if total > MAX_LAYER_PATTERN:
+        raise ValueError(f"moe_layer_freq pattern of {total} layers: more than {MAX_LAYER_PATTERN}")
+    return [kind for kinds, times in terms for kind in kinds * times]
+
+
+def _int(name: str, value: Any, minimum: int = 1) -> int:
+    """``value`` as an int in [minimum, INT64_MAX]: an int, an integral finite float (``4096.0``,
+    as a JSON file may hold it) or a numeric string; ``ValueError`` naming ``name`` otherwise -
+    never a truncated ``2.5``, never ``inf``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if isinstance(value, float):
+        if not (math.isfinite(value) and value.is_integer()):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        value = int(value)
+    elif isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, got {value[:40]!r}") from None
+    elif not isinstance(value, int):
+        try:
+            value = operator.index(value)  # numpy integers
+        except TypeError:
+            raise ValueError(f"{name} must be an integer, got {type(value).__name__}") from None
+    _check_range(name, value, minimum)
+    return value
+
+
+def _check_range(name: str, value: int, minimum: int) -> None:
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {shown(value)}")
+    if value > INT64_MAX:
+        raise ValueError(f"{name} exceeds 2**63 - 1 ({shown(value)}): no run has that many")
+
+
+def _opt_int(name: str, value: Any, minimum: int = 0) -> int | None:
+    return None if value is None else _int(name, value, minimum)
 
 
 def _batch_layout(s: Mapping[str, Any], num_gpus: int | None, tp: int, pp: int, cp: int, mbs: int,
@@ -88,21 +137,21 @@ def _batch_layout(s: Mapping[str, Any], num_gpus: int | None, tp: int, pp: int, 
     """(DP, microbatches per step): the summary's own values, else derived with ``core.sizes`` (the one
     owner of derived sizes: DP = world / (TP x PP x CP), microbatches = GBS / (MBS x DP)). An exact
     derivation is not a default; a guess (no world size) is recorded in ``used``."""
-    dp, nmb, gbs = s.get("data_parallel_size"), s.get("num_microbatches"), s.get("global_batch_size")
+    dp, nmb, gbs = (_opt_int(k, s.get(k), 1) for k in ("data_parallel_size", "num_microbatches", "global_batch_size"))
     if dp is None and num_gpus is not None:
         dp = sizes.data_parallel_size(num_gpus, tp, pp, cp)
         if dp is None:
             raise ValueError(f"world size {num_gpus} is not divisible by TP x PP x CP = {tp * pp * cp}")
     elif dp is None:
-        dp = max(1, int(gbs) // (int(nmb) * mbs)) if nmb is not None and gbs is not None else 1
+        dp = max(1, gbs // (nmb * mbs)) if nmb is not None and gbs is not None else 1
         used.append("data_parallel_size")
     if nmb is None:
         if gbs is None:
             raise KeyError("summary lacks both num_microbatches and global_batch_size")
         nmb = sizes.num_microbatches(gbs, mbs, dp)
         if nmb is None:
-            raise ValueError(f"global_batch_size {gbs} is not divisible by micro_batch_size x DP = {mbs * int(dp)}")
-    return int(dp), int(nmb)
+            raise ValueError(f"global_batch_size {shown(gbs)} is not divisible by micro_batch_size x DP = {mbs * dp}")
+    return dp, nmb
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +178,18 @@ class Cluster:
     nvlink_domain_size: int | None = None
     intra_link: LinkSpec | None = None  # inside the NVLink domain (default: NVLink of the GPU kind)
     inter_link: LinkSpec | None = None  # across domains (default: the GPU kind's NIC, IB/RoCE)
+
+
+# (fields, minimum, None allowed): what ``StepInputs`` accepts; every value is at most ``INT64_MAX``.
+_VALUE_RANGES: tuple[tuple[tuple[str, ...], int, bool], ...] = (
+    (("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels", "seq_length",
+      "micro_batch_size", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "vocab_size", "tp", "pp",
+      "cp", "ep", "etp", "dp", "num_microbatches", "bytes_per_element"), 1, False),
+    (("num_dense_layers", "mtp_num_layers"), 0, False),
+    (("vpp",), 1, True),
+    (("moe_shared_expert_intermediate_size", "ffn_hidden_size", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
+      "qk_pos_emb_head_dim", "v_head_dim"), 0, True),  # None or 0: the model's own default (costs.py)
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,15 +238,26 @@ class StepInputs:
     defaults_used: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
+        """Every size an int in its range (``_VALUE_RANGES``), the tokens per step <= ``INT64_MAX``;
+        ``ValueError`` naming the field otherwise."""
         if self.dispatcher not in DISPATCHERS:
             raise ValueError(f"dispatcher {self.dispatcher!r}: one of {DISPATCHERS}")
         if self.transformer_impl not in TRANSFORMER_IMPLS:
             raise ValueError(f"transformer_impl {self.transformer_impl!r}: one of {TRANSFORMER_IMPLS}")
-        for name in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "micro_batch_size",
-                     "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "tp", "pp", "cp", "ep",
-                     "etp", "dp", "num_microbatches"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for names, minimum, optional in _VALUE_RANGES:
+            for name in names:
+                value = getattr(self, name)
+                if value is None and optional:
+                    continue
+                if not isinstance(value, int) or isinstance(value, bool):
+                    got = value[:40] if isinstance(value, str) else value if isinstance(value, (float, type(None))) \
+                        else type(value).__name__
+                    raise ValueError(f"{name} must be an integer{' or None' if optional else ''}, got {got!r}")
+                _check_range(name, value, minimum)
+        tokens = self.micro_batch_size * self.seq_length * self.num_microbatches * self.dp
+        if tokens > INT64_MAX:
+            raise ValueError(f"tokens per step (micro_batch_size x seq_length x num_microbatches x DP) exceed "
+                             f"2**63 - 1 ({shown(tokens)}): no run has that many")
         if self.num_dense_layers > self.num_layers:
             raise ValueError("num_dense_layers > num_layers")
         if self.num_moe_experts % self.ep:
@@ -234,15 +306,14 @@ class StepInputs:
                 used.append(key)  # absent (a None of NONE_IS_A_VALUE is the config's own choice)
             return FIELD_DEFAULTS.get(key) if default == "__table__" else default
 
-        hidden = int(get("hidden_size", required=True))
-        heads = int(get("num_attention_heads", required=True))
-        num_layers = int(get("num_layers"))
+        hidden = _int("hidden_size", get("hidden_size", required=True))
+        heads = _int("num_attention_heads", get("num_attention_heads", required=True))
+        num_layers = _int("num_layers", get("num_layers"))
         groups = get("num_query_groups", "num_key_value_heads")
-        groups = heads if groups is None else int(groups)
+        groups = heads if groups is None else _int("num_query_groups", groups)
         kv = get("kv_channels", "head_dim")
-        kv = hidden // heads if kv is None else int(kv)
-        ffn = get("ffn_hidden_size")
-        ffn = None if ffn is None else int(ffn)
+        kv = hidden // heads if kv is None else _int("kv_channels", kv)
+        ffn = _opt_int("ffn_hidden_size", get("ffn_hidden_size"))
 
         dense = s.get("num_dense_layers")
         if dense is None:
@@ -251,21 +322,21 @@ class StepInputs:
                 freq = _parse_layer_pattern(freq)
             if isinstance(freq, (list, tuple)):
                 dense = sum(1 for x in freq if not x)
-            elif isinstance(freq, int) and freq > 1:
-                dense = num_layers - math.ceil(num_layers / freq)
+            elif isinstance(freq, int) and not isinstance(freq, bool) and freq > 1:
+                dense = num_layers + (-num_layers // freq)  # minus ceil(layers / freq) MoE layers, exact
             else:
                 dense = 0
                 if freq is None:
                     used.append("num_dense_layers")
 
-        tp = int(get("tensor_model_parallel_size"))
-        pp = int(get("pipeline_model_parallel_size"))
-        vpp = get("virtual_pipeline_model_parallel_size")
-        vpp = None if vpp in (None, 1) else int(vpp)
-        cp = int(get("context_parallel_size"))
-        ep = int(get("expert_model_parallel_size", required=True))
-        etp = int(get("expert_tensor_parallel_size"))
-        mbs = int(get("micro_batch_size", required=True))
+        tp = _int("tensor_model_parallel_size", get("tensor_model_parallel_size"))
+        pp = _int("pipeline_model_parallel_size", get("pipeline_model_parallel_size"))
+        vpp = _opt_int("virtual_pipeline_model_parallel_size", get("virtual_pipeline_model_parallel_size"), 1)
+        vpp = None if vpp == 1 else vpp
+        cp = _int("context_parallel_size", get("context_parallel_size"))
+        ep = _int("expert_model_parallel_size", get("expert_model_parallel_size", required=True))
+        etp = _int("expert_tensor_parallel_size", get("expert_tensor_parallel_size"))
+        mbs = _int("micro_batch_size", get("micro_batch_size", required=True))
         dp, nmb = _batch_layout(s, num_gpus, tp, pp, cp, mbs, used)
 
         dispatcher = s.get("dispatcher")
@@ -283,7 +354,7 @@ class StepInputs:
         if s.get("bf16") is False and s.get("fp16") is not True:
             nbytes = 4
         else:
-            nbytes = int(s.get("bytes_per_element") or 2)
+            nbytes = _int("bytes_per_element", s.get("bytes_per_element") or 2)
             if s.get("bf16") is None and s.get("fp16") is None and s.get("bytes_per_element") is None:
                 used.append("bytes_per_element")
         impl = get("transformer_impl")
@@ -297,17 +368,17 @@ class StepInputs:
 
         return cls(
             num_layers=num_layers, hidden_size=hidden, num_attention_heads=heads, num_query_groups=groups,
-            kv_channels=kv, seq_length=int(get("seq_length", required=True)), micro_batch_size=mbs,
-            num_moe_experts=int(get("num_moe_experts", required=True)),
-            moe_router_topk=int(get("moe_router_topk", required=True)),
-            moe_ffn_hidden_size=int(get("moe_ffn_hidden_size", required=True)),
-            moe_shared_expert_intermediate_size=get("moe_shared_expert_intermediate_size"),
-            ffn_hidden_size=ffn, num_dense_layers=int(dense),
-            vocab_size=int(get("vocab_size", "padded_vocab_size")),
-            mtp_num_layers=int(get("mtp_num_layers") or 0),
-            q_lora_rank=s.get("q_lora_rank"), kv_lora_rank=s.get("kv_lora_rank"),
-            qk_head_dim=s.get("qk_head_dim"), qk_pos_emb_head_dim=s.get("qk_pos_emb_head_dim"),
-            v_head_dim=s.get("v_head_dim"),
+            kv_channels=kv, seq_length=_int("seq_length", get("seq_length", required=True)), micro_batch_size=mbs,
+            num_moe_experts=_int("num_moe_experts", get("num_moe_experts", required=True)),
+            moe_router_topk=_int("moe_router_topk", get("moe_router_topk", required=True)),
+            moe_ffn_hidden_size=_int("moe_ffn_hidden_size", get("moe_ffn_hidden_size", required=True)),
+            moe_shared_expert_intermediate_size=_opt_int("moe_shared_expert_intermediate_size",
+                                                         get("moe_shared_expert_intermediate_size")),
+            ffn_hidden_size=ffn, num_dense_layers=_int("num_dense_layers", dense, 0),
+            vocab_size=_int("vocab_size", get("vocab_size", "padded_vocab_size")),
+            mtp_num_layers=_int("mtp_num_layers", get("mtp_num_layers") or 0, 0),
+            **{k: _opt_int(k, s.get(k)) for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim",
+                                                   "qk_pos_emb_head_dim", "v_head_dim")},
             tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, num_microbatches=nmb,
             bytes_per_element=nbytes, dispatcher=str(dispatcher), transformer_impl=str(impl),
             attention_mask_in_batch=bool(mask),

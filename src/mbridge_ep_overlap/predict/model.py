@@ -24,12 +24,20 @@ With PP > 1 and no VPP Megatron-Core refuses overlap (``transformer_config.py:26
 prediction then has ``supported=False`` and ``on_step_s == off_step_s``. ``ncclep`` has no
 bandwidth model: ``predict`` raises ``NotModelled``; ``rank_dispatchers`` lists it with the reason.
 
+A prediction is finite or not made: where it cannot be made - a model chunk of more than
+``MAX_CHUNK_LAYERS`` layers (the replay simulates each layer), arithmetic out of range (a zero
+bandwidth or efficiency in a custom ``Calibration`` / ``LinkSpec``), a non-finite result -
+``predict`` raises ``OutsideModel`` (a ``ValueError``) with the reason, never ``OverflowError``,
+``ZeroDivisionError`` or a ``Prediction`` holding ``inf`` / ``nan``. ``StepInputs`` already refuses
+sizes no run can have (``inputs`` module docstring).
+
 Stdlib only; a prediction takes a few milliseconds.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +46,9 @@ from .inputs import DISPATCHERS, Cluster, StepInputs
 from .schedule import microbatch_off, simulate_overlap, steady_overlap
 
 MODELLED = ("alltoall", "deepep", "hybridep")
+# Layers of one model chunk the replay simulates one by one (~1.4 ms each for all dispatchers): far
+# above any real model (DeepSeek-V3 has 61 layers, Llama-3.1-405B 126), and a bound on its time.
+MAX_CHUNK_LAYERS = 1024
 
 
 class NotModelled(ValueError):
@@ -46,6 +57,15 @@ class NotModelled(ValueError):
     def __init__(self, dispatcher: str, reason: str) -> None:
         super().__init__(f"{dispatcher}: {reason}")
         self.dispatcher = dispatcher
+        self.reason = reason
+
+
+class OutsideModel(ValueError):
+    """No prediction can be made for these inputs (too large a chunk, arithmetic out of range, a
+    non-finite result); ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
         self.reason = reason
 
 
@@ -90,12 +110,15 @@ def _chunk_layers(inputs: StepInputs) -> tuple[list[str], float]:
     Without pipelining: every layer (dense first, MTP last). With PP/VPP: an average chunk of
     round(layers / chunks) layers, dense layers in proportion (MTP counted as a MoE layer), scaled
     back to the fractional real size - a balanced layout is assumed."""
-    layers = ["dense"] * inputs.num_dense_layers + ["moe"] * inputs.num_moe_layers + ["mtp"] * inputs.mtp_num_layers
+    total = inputs.num_layers + inputs.mtp_num_layers
     chunks = inputs.pp * (inputs.vpp or 1)
+    n = total if chunks == 1 else max(1, round(total / chunks))
+    if n > MAX_CHUNK_LAYERS:
+        raise OutsideModel(f"a model chunk of {n} layers: the replay simulates at most {MAX_CHUNK_LAYERS}")
     if chunks == 1:
-        return layers, 1.0
-    per = len(layers) / chunks
-    n = max(1, round(per))
+        kinds = ["dense"] * inputs.num_dense_layers + ["moe"] * inputs.num_moe_layers + ["mtp"] * inputs.mtp_num_layers
+        return kinds, 1.0
+    per = total / chunks
     n_dense = min(n, round(inputs.num_dense_layers / chunks))
     return ["dense"] * n_dense + ["moe"] * (n - n_dense), per / n
 
@@ -111,13 +134,26 @@ def _with_recompute(c: Costs) -> Costs:
 
 def predict(inputs: StepInputs, cluster: Cluster, calibration: Calibration | None = None, *,
             dispatcher: str | None = None, _no_stall: bool = False) -> Prediction:
-    """Step time with overlap off and on (see the module docstring)."""
+    """Step time with overlap off and on (see the module docstring); finite, or ``OutsideModel``."""
     d = dispatcher or inputs.dispatcher
     if d not in DISPATCHERS:
         raise ValueError(f"dispatcher {d!r}: one of {DISPATCHERS}")
     if d not in MODELLED:
         raise NotModelled(d, hardware()["flex_dispatchers"][d]["not_modelled"])
-    cal = calibration or default_calibration()
+    try:
+        p = _predict(inputs, cluster, calibration or default_calibration(), d, _no_stall)
+        numbers = {"off_step_s": p.off_step_s, "on_step_s": p.on_step_s, "speedup": p.speedup,
+                   "hidden_fraction": p.hidden_fraction, "a2a_s_per_step": p.a2a_s_per_step,
+                   "compute_s_per_step": p.compute_s_per_step, **p.breakdown}
+        bad = [f"{k} = {v}" for k, v in numbers.items() if not math.isfinite(v)]
+    except (OverflowError, ZeroDivisionError) as e:
+        raise OutsideModel(f"arithmetic out of range ({type(e).__name__}: {e})") from None
+    if bad:
+        raise OutsideModel(f"non-finite result ({', '.join(bad[:3])})")
+    return p
+
+
+def _predict(inputs: StepInputs, cluster: Cluster, cal: Calibration, d: str, _no_stall: bool) -> Prediction:
     notes: list[str] = []
     if inputs.world_size != cluster.num_gpus:
         notes.append(f"tp x pp x cp x dp = {inputs.world_size} GPUs, the cluster has {cluster.num_gpus}")

@@ -48,17 +48,35 @@ def find_architecture(model_id: str, extra_dir: str | os.PathLike | None = None)
     return next((c for c in candidates if (c / "config.json").is_file()), None)
 
 
+def _check_config_file(path: Path) -> None:
+    """transformers reads a malformed config.json four times and then blames the network."""
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise UsageError("architecture file", str(path), f"a readable JSON file ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''})", "unreadable") from None
+    if not isinstance(data, dict):
+        raise UsageError("architecture file", str(path), "a JSON object (a Hugging Face config.json)", "invalid")
+
+
 @contextlib.contextmanager
 def offline_architectures(extra_dir: str | os.PathLike | None = None) -> Iterator[None]:
     from megatron.bridge import AutoBridge
 
     if extra_dir is not None and not Path(extra_dir).is_dir():
-        raise UsageError("--hf-config-dir", str(extra_dir), "an existing folder of <org>--<model>/config.json files")
+        problem = ("not a folder" if Path(extra_dir).exists() else
+                   "a symbolic-link loop or unreachable" if Path(extra_dir).is_symlink() else "nonexistent")
+        raise UsageError("--hf-config-dir", str(extra_dir), "an existing folder of <org>--<model>/config.json files",
+                         problem)
     original = AutoBridge.__dict__["from_hf_pretrained"]
 
     def from_hf_pretrained(cls, path, **kwargs):
         key = str(path)
         if Path(key).is_dir():
+            if Path(key, "config.json").exists():
+                _check_config_file(Path(key, "config.json"))
             return original.__func__(cls, key, **kwargs)
         folder = find_architecture(key, extra_dir)
         if folder is None:
@@ -66,6 +84,7 @@ def offline_architectures(extra_dir: str | os.PathLike | None = None) -> Iterato
                              f"a config.json for it in --hf-config-dir, the shipped architectures "
                              f"({', '.join(sorted(shipped_models()))}) or the local hub cache ({_hub_cache()})")
         kwargs.pop("revision", None)  # a local folder has no revisions
+        _check_config_file(folder / "config.json")
         return original.__func__(cls, str(folder), **kwargs)
 
     AutoBridge.from_hf_pretrained = classmethod(from_hf_pretrained)

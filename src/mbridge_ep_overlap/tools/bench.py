@@ -5,11 +5,14 @@ Contract
 Runs one recipe as separate ``torchrun`` jobs (``launch.launch``), one per variant and link: the
 same seed, mock data, shape and overrides. A shape and a variant are typed ``RunSpec`` changes
 (``SHAPES``, ``VARIANTS``), turned into ``run_script.py`` flags by ``flags.to_argv`` only at
-launch; every argument is checked before anything is launched. Variants:
-``off``, ``overlap`` (alltoall), ``overlap+delay_wgrad`` (only where Transformer Engine imports),
-``deepep`` / ``hybridep`` (only where ``deep_ep`` imports), plus tuning variants that change one
-thing the library controls (``overlap:cdmc1`` = ``CUDA_DEVICE_MAX_CONNECTIONS=1``,
-``overlap:hiprio`` = high-priority all-to-all stream). Links: ``nvlink`` (as the machine is) and
+launch. Before the first job: every argument and override is checked, then that this machine has
+``--nproc`` CUDA GPUs (``require_gpus``; torch is imported only there), then that ``--out`` can be
+a folder (``output_folder``: a symbolic-link loop, a link to nothing or a file is named as such) -
+each failure one line, exit 2, nothing launched. Variants: ``off``, ``overlap`` (alltoall),
+``overlap+delay_wgrad`` (only where Transformer Engine imports), ``deepep`` / ``hybridep`` (only
+where ``deep_ep`` imports), plus tuning variants that change one thing the library controls
+(``overlap:cdmc1`` = ``CUDA_DEVICE_MAX_CONNECTIONS=1``, ``overlap:hiprio`` = high-priority
+all-to-all stream). Links: ``nvlink`` (as the machine is) and
 ``throttled`` (``NCCL_P2P_DISABLE=1``: GPUs talk through host memory, an inter-node-class link).
 
 Per variant: median and spread of step time over the steady window (after ``--warmup`` steps,
@@ -23,23 +26,31 @@ Against ``off`` (``compare_to_baseline``, recomputed by ``bench --report`` for o
 speedup, loss parity, the peak-memory delta, the compute time added per step (SM / memory contention
 of the overlapped all-to-all), the idle time per step (no kernel running) and the **share of the
 possible gain** ``(off - variant) / (off - ideal)`` - with the ideal ``max(compute, all-to-all)`` from
-the variant's own profile, and beside it from the ``off`` run's profile. ``summary_line`` names the
+the variant's own profile, and beside it from the ``off`` run's profile. ``bench --report`` reads
+every ``results.json`` whole and checks each row first (``results.result_from_row``: each field's type,
+finite numbers where the report computes; an empty list is no results file): a bad file is bad
+usage naming the file, the row and the field, and nothing is written. ``summary_line`` names the
 best share of a set of rows. ``bench --tune`` (``tools.tune``) searches the overlap knobs; a tuned
 result (``tuned.json``) runs as the variant ``tuned`` with ``--tuned PATH``.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
+import stat
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import UsageError
 from ..spec import RunSpec
+from .exits import release_stderr
 from .launch import launch
 from .numerics import compare_losses, losses_from_summary
+from .results import VariantResult, load_results, result_from_row  # noqa: F401 - re-exported
 
 LINKS = {"nvlink": {}, "throttled": {"NCCL_P2P_DISABLE": "1"}}
 
@@ -90,44 +101,6 @@ SHAPES = {
                  "overrides": (*_MOE, "model.moe_ffn_hidden_size=3072", "model.num_attention_heads=32",
                                "model.kv_channels=128", "model.num_query_groups=4")},
 }
-
-
-@dataclass
-class VariantResult:
-    variant: str
-    link: str
-    ok: bool
-    error: str = ""
-    step_times: list[float] = field(default_factory=list)
-    median_s: float | None = None
-    spread_s: tuple[float, float] | None = None
-    tokens_per_s: float | None = None
-    peak_gib: float | None = None
-    losses: dict[int, float | None] = field(default_factory=dict)
-    skipped: list[int] = field(default_factory=list)
-    overlap_efficiency: dict | None = None
-    speedup: float | None = None
-    parity: str = ""
-    finalized: dict = field(default_factory=dict)
-    # issue 16 (absent from older results.json: ``compare_to_baseline`` recomputes them)
-    run: str = ""
-    """The bench output folder the row was measured in."""
-    run_s: float | None = None
-    """Wall time of the whole torchrun job (start-up included): the tuner's run-time estimate."""
-    overrides: list[str] = field(default_factory=list)
-    env: dict = field(default_factory=dict)
-    share_of_gain: float | None = None
-    """(off - variant) / (off - ideal), ideal = max(compute, all-to-all) from this row's profile."""
-    share_of_gain_off_ideal: float | None = None
-    """The same with the ideal of the off run's profile (no contention added by overlap)."""
-    idle_step_s: float | None = None
-    idle_estimated: bool = False
-    """True: from a profile without ``idle_step_s`` (before issue 16): a lower bound."""
-    peak_vs_off: float | None = None
-    compute_vs_off_s: float | None = None
-    """Compute time per step added against off (kernel union; SM / memory contention)."""
-    disqualified: str = ""
-    """Set by ``bench --tune``: why the row may not win (its losses or its peak memory)."""
 
 
 def available_variants() -> dict[str, str]:
@@ -266,6 +239,11 @@ def shape_label(finalized: dict) -> str:
             f"{f.get('num_moe_experts')} mbs{f.get('micro_batch_size')} seq{f.get('seq_length')}")
 
 
+def _num(x: float | None, spec: str) -> str:
+    """``x`` formatted, '-' when not measured (an ok row without a steady window, say)."""
+    return "-" if x is None else format(x, spec)
+
+
 def _pct(x: float | None, signed: bool = False) -> str:
     return "-" if x is None else (f"{x:+.0%}" if signed else f"{x:.0%}")
 
@@ -289,9 +267,10 @@ def markdown(results: list[VariantResult], title: str) -> str:
         compute = "-" if r.compute_vs_off_s is None or r.variant == "off" else f"{r.compute_vs_off_s:+.3f}"
         share = "-" if r.share_of_gain is None else f"{r.share_of_gain:.0%} ({_pct(r.share_of_gain_off_ideal)})"
         peak_delta = "-" if r.variant == "off" else _pct(r.peak_vs_off, signed=True)
+        spread = "-" if r.spread_s is None else f"{r.spread_s[0]:.3f}-{r.spread_s[1]:.3f}"
         lines.append(
-            f"| {r.link} | {r.variant} | {r.median_s:.3f} | {r.spread_s[0]:.3f}-{r.spread_s[1]:.3f} | "
-            f"{speed} | {r.tokens_per_s:,.0f} | {r.peak_gib:.1f} | {peak_delta} | "
+            f"| {r.link} | {r.variant} | {_num(r.median_s, '.3f')} | {spread} | "
+            f"{speed} | {_num(r.tokens_per_s, ',.0f')} | {_num(r.peak_gib, '.1f')} | {peak_delta} | "
             + (f"{e['hidden_fraction']:.0%} | {e['exposed_s'] / n:.3f} | " if e else "- | - | ")
             + f"{idle} | {compute} | "
             + (f"{e['ideal_step_s']:.3f} | " if e else "- | ")
@@ -327,7 +306,8 @@ def plot(results: list[VariantResult], path: Path) -> bool:
         ax1.plot(range(len(r.step_times)), r.step_times, marker="o", ms=3, label=name(r, " / "))
     ax1.set(xlabel="iteration", ylabel="step time (s)", title="step time per iteration")
     ax1.set_yscale("log")
-    ax1.legend(fontsize=7)
+    if ok:  # no line, no legend (matplotlib would warn)
+        ax1.legend(fontsize=7)
     labels = [name(r, "\n") for r in compared]
     values = [r.speedup for r in compared]
     ax2.bar(range(len(values)), values, color=["tab:green" if v >= 1 else "tab:red" for v in values])
@@ -384,6 +364,62 @@ def validate_request(recipe: str, nproc: int, variants: list[str], links: list[s
     resolve_recipe(recipe)
 
 
+def cuda_device_count() -> int:
+    """CUDA GPUs visible to this process. torch is imported here, never at module import: ``bench
+    --report`` and ``--help`` start in a tenth of a second without it."""
+    try:
+        import torch
+    except ImportError as e:
+        raise UsageError("torch", None, f"an importable torch to count this machine's GPUs ({e})", "missing") from None
+    return int(torch.cuda.device_count())
+
+
+def require_gpus(nproc: int, command: str = "bench") -> None:
+    """Before anything is launched: this machine has the ``nproc`` CUDA GPUs its torchrun jobs use
+    (one per rank). Without them every job would start, fail in its ranks after seconds and leave
+    the cause in a rank's log; this says it in one line (UsageError, exit 2)."""
+    have = cuda_device_count()
+    if have < nproc:
+        raise UsageError("--nproc", nproc, f"at most the {have} CUDA GPU(s) this machine has ({command} runs one torchrun "
+                         "rank per GPU on this machine: run it on a GPU node, or lower --nproc)",
+                         "too many GPUs for this machine:")
+
+
+def _why_not_a_folder(path: Path) -> str:
+    """Why ``path`` cannot be made a folder: the first of it and its parents, from the top, that
+    is a symbolic-link loop, a link to nothing or not a folder ('' when none is)."""
+    for p in [*reversed(path.parents), path]:
+        try:
+            st = os.stat(p)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return f"{p} is a symbolic-link loop"
+            if os.path.islink(p):
+                return f"{p} is a symbolic link to {os.readlink(p)}, which does not exist"
+            if e.errno == errno.ENOENT:
+                return ""
+            return f"{p}: {e.strerror}"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{p} exists and is not a folder"
+    return ""
+
+
+def output_folder(path: Path, what: str = "--out") -> Path:
+    """``path`` created with its parents, or bad usage saying truthfully why it cannot be an output
+    folder (a symbolic-link loop, a link to nothing, a file) - before anything runs or is written."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # mkdir(exist_ok) says "File exists" for a link loop or a dangling link
+        why = _why_not_a_folder(path) if e.errno in (errno.EEXIST, errno.ENOTDIR, errno.ELOOP) else ""
+        if not why:
+            raise
+        raise UsageError(what, str(path), f"a folder, or a path where one can be created ({why})", "unusable") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "not writable", str(path))
+    return path
+
+
 def run_name(link: str, variant: str) -> str:
     """The run's folder name under ``<out>/runs`` (and its torchrun job name)."""
     return f"{link}__{re.sub(r'[^A-Za-z0-9_.-]+', '_', variant)}"
@@ -431,8 +467,10 @@ def run_bench(
     check_overrides(base)  # a bad override is bad usage before torchrun starts
     if "off" not in variants:
         variants = ["off", *variants]
+    require_gpus(nproc)  # after the request's own checks: a bad flag is reported as such on any machine
     unavailable = available_variants()
-    out.mkdir(parents=True, exist_ok=True)
+    output_folder(out)
+    release_stderr()  # jobs start: what the libraries printed so far is shown, nothing more is held
     results: list[VariantResult] = []
     for link in links:
         for variant in variants:
@@ -450,42 +488,26 @@ def run_bench(
     return results
 
 
-def load_results(path: Path) -> list[VariantResult]:
-    """The ``VariantResult`` rows of a ``results.json`` written by ``run_bench`` (UsageError naming
-    the file when it is not one)."""
-    try:
-        data = json.loads(Path(path).read_text())
-        if not isinstance(data, list):
-            raise TypeError(f"a list of rows expected, found {type(data).__name__}")
-        rows = []
-        for d in data:
-            r = VariantResult(**d)
-            r.spread_s = tuple(r.spread_s) if r.spread_s else None
-            r.losses = {int(k): v for k, v in (r.losses or {}).items()}
-            rows.append(r)
-    except (ValueError, TypeError, AttributeError) as e:
-        raise UsageError("bench results file", str(path), f"a results.json written by bench ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0] if str(e) else ''})", "unreadable") from None
-    return rows
-
-
 def report(folders: list[Path], out: Path, title: str) -> list[VariantResult]:
     """One table and plot from several bench output folders (e.g. one per link or machine run).
 
-    Each folder is compared against its own ``off`` rows; the rows are then put side by side.
+    Each folder is compared against its own ``off`` rows; the rows are then put side by side. Every
+    file is read and checked before anything is computed or written (bad usage names the file, the
+    row and the field).
     """
-    results: list[VariantResult] = []
+    loaded: list[tuple[Path, list[VariantResult]]] = []
     for folder in folders:
         path = Path(folder) / "results.json"
         if not path.exists():
             raise UsageError("--report folder", str(folder), "a bench output folder holding results.json")
-        rows = load_results(path)
+        loaded.append((Path(folder), load_results(path)))
+    results: list[VariantResult] = []
+    for folder, rows in loaded:
         for r in rows:
             r.run = r.run or str(folder)
         compare_to_baseline(rows)
         results.extend(rows)
-    out.mkdir(parents=True, exist_ok=True)
-    _write_outputs(results, out, title)
+    _write_outputs(results, output_folder(out), title)
     return results
 
 
@@ -495,9 +517,10 @@ def _write_json(results: list[VariantResult], out: Path) -> None:
 
 
 def _write_outputs(results: list[VariantResult], out: Path, title: str) -> None:
-    """results.json, benchmarks.md and benchmarks.png in ``out``; the table is also printed."""
-    _write_json(results, out)
+    """results.json, benchmarks.md and benchmarks.png in ``out``; the table is also printed. The
+    table is made before anything is written (no half-written folder)."""
     table = markdown(results, title)
+    _write_json(results, out)
     (out / "benchmarks.md").write_text(table + "\n")
     plot(results, out / "benchmarks.png")
     print(table)

@@ -53,4 +53,4 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    return run_reporting_errors("mbridge-ep-overlap", lambda: args.handler(args))
+    return run_reporting_errors("mbridge-ep-overlap", lambda: args.handler(args), hold_stderr=True)

@@ -6,14 +6,17 @@ active import shims and the megatron-core dataset-helper gap, then a verdict per
 the rules read (``core.dispatcher.problems``) plus this node's cached smoke-check verdict
 (``tools.smoke``), and what ``auto`` picks here. ``--smoke`` then runs the smoke check (each
 backend's buffer on two ranks, one dispatch/combine round trip with a result check, in a
-subprocess with a timeout) and prints a verdict line per backend; on a machine without GPUs it says
-in one line why it cannot run. Exit 0 either way: a verdict is a finding, not a usage error.
+subprocess with a timeout) and prints a verdict line per backend. Exit codes: 0 (``--smoke``: every
+installed backend usable), 1 (``--smoke``: an installed backend failed on the path training takes),
+2 (``--smoke`` on a machine where it cannot run: one line on stderr, nothing else).
 """
 
 from __future__ import annotations
 
 import platform
 import sys
+
+from ..core.errors import UsageError
 
 
 def dataset_helpers_gap() -> str | None:
@@ -112,15 +115,25 @@ def _cached_smoke(env) -> dict | None:
 
 
 def smoke_lines() -> tuple[list[str], int]:
-    """Run the smoke check here: its verdict lines (one line where it cannot run) and the exit code
-    (``smoke.exit_code``: 0 every installed backend usable, 1 one failed, 2 it cannot run here)."""
+    """Run the smoke check here: its verdict lines and the exit code (``smoke.exit_code``: 0 every
+    installed backend usable, 1 one failed, 2 nothing could run). A machine where it cannot run at
+    all is bad usage (``UsageError``, one line) - checked before anything else is printed."""
+    from . import smoke
+    from .exits import release_stderr
+
+    _check_smoke_can_run()
+    release_stderr()  # the check takes minutes: its output streams
+    results = smoke.run()
+    return smoke.report_lines(results) + [f"  (verdicts cached in {smoke.cache_path()})"], smoke.exit_code(results)
+
+
+def _check_smoke_can_run() -> None:
     from . import smoke
 
     reason = smoke.cannot_run_reason()
     if reason is not None:
-        return [f"dispatcher smoke check: cannot run: {reason}"], 2
-    results = smoke.run()
-    return smoke.report_lines(results) + [f"  (verdicts cached in {smoke.cache_path()})"], smoke.exit_code(results)
+        raise UsageError("on this machine", reason, "a node with 2 CUDA GPUs (doctor without --smoke works anywhere)",
+                         "dispatcher smoke check cannot run")
 
 
 class _Model:
@@ -131,9 +144,11 @@ class _Model:
 
 
 def main(args) -> int:
+    if getattr(args, "smoke", False):
+        _check_smoke_can_run()
     print("\n".join(doctor_lines()), flush=True)
     if getattr(args, "smoke", False):
         lines, code = smoke_lines()
-        print("\n".join(lines), flush=True)
+        print("\n".join(lines), flush=True, file=sys.stdout if code != 2 else sys.stderr)
         return code
     return 0

@@ -4,15 +4,21 @@ Contract: 0 ok; 1 refused (``EPOverlapError``: every violation printed, or ``Ups
 2 bad usage, in one line on stderr (``UsageError``, argparse errors via
 ``OneLineArgumentParser``, an unreadable or unwritable path). Never a traceback for any of these.
 ``stdout_to_stderr()`` keeps a command's stdout for its own output (JSON, a job script) while
-Megatron logs to stdout.
+Megatron logs to stdout. ``run_reporting_errors(..., hold_stderr=True)`` holds what the libraries
+write to stderr while a command prepares (importing Megatron alone prints ~25 warning lines on a
+machine without TE/APEX/CUDA): on bad usage only the one line is printed; on any other outcome the
+held text is written out first, unchanged. ``release_stderr()`` ends the hold early, before work
+whose output must stream (training, launches, the smoke check). ``EP_OVERLAP_VERBOSE=1`` never holds.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import sys
+import tempfile
 from typing import Callable, Iterator
 
 from ..core.errors import EPOverlapError, UpstreamRefusal, UsageError
@@ -37,21 +43,82 @@ def positive_int(text: str) -> int:
     return value
 
 
-def run_reporting_errors(prog: str, action: Callable[[], int]) -> int:
+def run_reporting_errors(prog: str, action: Callable[[], int], hold_stderr: bool = False) -> int:
     """``action()``'s own exit code; 1 for a refused config (every violation printed); 2 for bad
-    usage or a path that cannot be read or written (one line). Never a traceback for either."""
+    usage or a path that cannot be read or written (one line). Never a traceback for either.
+    ``hold_stderr``: the libraries' stderr output is held meanwhile (module docstring)."""
+    hold = _Hold.start() if hold_stderr and os.environ.get("EP_OVERLAP_VERBOSE") != "1" else None
     try:
-        return action()
+        code = action()
     except UsageError as e:
+        _end(hold, replay=False)
         print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     except (EPOverlapError, UpstreamRefusal) as e:
+        _end(hold, replay=True)
         print(f"{prog}: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # a path given on the command line
+        _end(hold, replay=False)
         where = f" {e.filename!r}" if e.filename else ""
         print(f"{prog}: error: cannot use{where}: {e.strerror or e}", file=sys.stderr)
         return 2
+    except BaseException:
+        _end(hold, replay=True)
+        raise
+    _end(hold, replay=True)
+    return code
+
+
+class _Hold:
+    """stderr held: file descriptor 2 points at a temporary file (C libraries, logging handlers
+    bound to the real stream) and ``sys.stderr`` at a buffer (Python warnings)."""
+
+    current: "_Hold | None" = None
+
+    def __init__(self) -> None:
+        sys.stderr.flush()
+        self.file = tempfile.TemporaryFile()
+        self.saved_fd = os.dup(2)
+        self.saved = sys.stderr
+        self.buffer = io.StringIO()
+        os.dup2(self.file.fileno(), 2)
+        sys.stderr = self.buffer
+
+    @classmethod
+    def start(cls) -> "_Hold | None":
+        if cls.current is not None:  # already held (a nested entry point): the outer hold decides
+            return None
+        cls.current = cls()
+        return cls.current
+
+    def end(self, replay: bool) -> None:
+        with contextlib.suppress(Exception):
+            self.saved.flush()
+            sys.__stderr__.flush()
+        os.dup2(self.saved_fd, 2)
+        os.close(self.saved_fd)
+        sys.stderr = self.saved
+        _Hold.current = None
+        if replay:
+            self.file.seek(0)
+            text = self.file.read().decode(errors="replace") + self.buffer.getvalue()
+            if text:
+                sys.stderr.write(text)
+                sys.stderr.flush()
+        self.file.close()
+
+
+def _end(hold: _Hold | None, replay: bool) -> None:
+    if hold is not None and _Hold.current is hold:
+        hold.end(replay)
+
+
+def release_stderr() -> None:
+    """End a hold now and write out what it held (no-op when nothing is held): call it before work
+    whose output must reach the user as it happens."""
+    if _Hold.current is not None:
+        _Hold.current.end(replay=True)
 
 
 @contextlib.contextmanager

@@ -31,7 +31,8 @@ ON_OFF = {"on": True, "off": False}
 # RunSpec field -> the flag that sets it, to name the flag when the spec refuses a value
 FIELD_FLAGS = {**{name: flag for flag, name in SIZE_FLAGS.items()}, "delay_wgrad": "--delay-wgrad",
                "high_priority_a2a": "--a2a-priority", "dispatcher": "--dispatcher", "resolve": "--resolve",
-               "number of GPUs": "--num-gpus", "te version": "--te", "deep_ep version": "--deep-ep"}
+               "number of GPUs": "--num-gpus", "te version": "--te", "deep_ep version": "--deep-ep",
+               "hf_config_dir": "--hf-config-dir"}
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser, *, recipe_default: str | None = None) -> None:

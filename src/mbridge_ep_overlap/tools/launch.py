@@ -3,21 +3,25 @@ hard timeout, per-rank logs, crash reports.
 
 Contract: ``launch(name, nproc, args, log_root=...)`` runs ``scripts/run_script.py`` (or ``script``)
 under ``torch.distributed.run --nproc_per_node nproc`` in its own process group on a free port, tees
-every rank's output to a log under ``log_root/name``, kills the whole group on timeout (a hang fails
-loudly instead of blocking), and returns a ``Run`` with the return code, the rank logs and the
-evidence summary (``None`` when none was written). ``run_process_group`` is the part any torchrun
-command can use (the smoke check launches a module with it). The child environment is
-``launch_environment``'s: the NVLink-multicast-off variables (``MULTICAST_OFF``, the one copy, also
-exported by Slurm jobs) win over anything else, and ``PYTHONFAULTHANDLER=1`` makes a native crash
-print each rank's Python stack. ``rank_crashes(logs)`` reads that back from a run's log tree -
-faulthandler's "Fatal Python error: Segmentation fault" and "Current thread ..." frames in a rank's
-``stderr.log``, torchrun's "exitcode : -11" summary - and ``Run.describe_failure()`` reports a rank
-killed by a signal as "crashed (SIGSEGV) in rank N" with those frames. ``kill_launched()`` ends the
-process groups this process started and has not reaped (test-session teardown).
+every rank's output to a log under ``log_root/name``, on timeout ends every process it started (a
+hang fails loudly instead of blocking; ``_kill_group``: SIGTERM to the group, ``TERM_GRACE_S`` for
+torchrun to stop its workers, then SIGKILL to the group and to every descendant found under /proc -
+torchrun's workers run in sessions of their own, so the group alone would orphan them), and returns
+a ``Run`` with the return code, the rank logs and the evidence summary (``None`` when none was
+written). ``run_process_group`` is the part any torchrun command can use (the smoke check launches a
+module with it). The child environment is ``launch_environment``'s: the NVLink-multicast-off
+variables (``MULTICAST_OFF``, the one copy, also exported by Slurm jobs) win over anything else, and
+``PYTHONFAULTHANDLER=1`` makes a native crash print each rank's Python stack. ``rank_crashes(logs)``
+reads that back from a run's log tree - faulthandler's "Fatal Python error: Segmentation fault" and
+"Current thread ..." frames in a rank's ``stderr.log``, torchrun's "exitcode : -11" summary - and
+``Run.describe_failure()`` reports a rank killed by a signal as "crashed (SIGSEGV) in rank N" with
+those frames. ``kill_launched()`` ends the process trees this process started and has not reaped
+(test-session teardown), the same way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -160,7 +164,8 @@ def crash_report(crashes: list[RankCrash], frames: int = 12) -> str:
 def run_process_group(cmd: list[str], folder: Path, env: dict[str, str], timeout_s: float,
                       cwd: Path | None = None) -> tuple[int | None, bool, float]:
     """Run ``cmd`` in its own session (process group) with its output in ``folder/launcher.log``;
-    on timeout kill the whole group. Returns (return code, timed out, seconds)."""
+    on timeout end it and every process below it (``_kill_group``). Returns (return code, timed
+    out, seconds)."""
     start = time.monotonic()
     with open(folder / "launcher.log", "w") as launcher_log:
         launcher_log.write(" ".join(cmd) + "\n")
@@ -181,16 +186,112 @@ def run_process_group(cmd: list[str], folder: Path, env: dict[str, str], timeout
     return proc.returncode, timed_out, time.monotonic() - start
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+# ---- ending a launched process tree ------------------------------------------------------------
+# torchrun (torch.distributed.elastic) starts each worker in a session of its own, so killing the
+# launcher's process group alone orphans the workers (re-parented to init, running on forever).
+TERM_GRACE_S = 5.0
+"""Seconds torchrun gets after SIGTERM to stop its workers itself before everything is SIGKILLed."""
+
+
+def _stat(pid: int) -> tuple[int, int, str, int] | None:
+    """(parent pid, process group, state, start time) from /proc/PID/stat; None when it is gone."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the group this launcher created (start_new_session)
-    except ProcessLookupError:
-        pass
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and ')'
+    try:
+        return int(fields[1]), int(fields[2]), fields[0], int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _process_table() -> dict[int, tuple[int, int, str, int]]:
+    try:
+        names = os.listdir("/proc")
+    except OSError:  # no /proc: only the process group can be reached
+        return {}
+    table = {}
+    for name in names:
+        if name.isdigit() and (st := _stat(int(name))) is not None:
+            table[int(name)] = st
+    return table
+
+
+def descendants(root: int | None, known: dict[int, int] | None = None) -> dict[int, int]:
+    """pid -> start time of every live process below ``root`` (None: a root already reaped, whose pid
+    may name another process now) and below the ``known`` ones (found earlier; an orphan has init as
+    its parent by now). A known pid that now names another process (other start time) or a zombie
+    is dropped."""
+    table = _process_table()
+    found = {pid: start for pid, start in (known or {}).items()
+             if pid in table and table[pid][3] == start and table[pid][2] != "Z"}
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, state, _) in table.items():
+        if state != "Z":
+            children.setdefault(ppid, []).append(pid)
+    stack = [*([] if root is None else [root]), *found]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in found and child != root:
+                found[child] = table[child][3]
+                stack.append(child)
+    return found
+
+
+def _signal(pid: int, start: int, sig: signal.Signals) -> None:
+    """``sig`` to ``pid`` if it is still the process that started at ``start`` (pids are reused)."""
+    st = _stat(pid)
+    if st is not None and st[3] == start:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float | None = None) -> None:
+    """End ``proc`` (started with ``start_new_session``) and every process below it: SIGTERM to its
+    group and ``grace_s`` for torchrun to stop its workers; then whatever is left - in the group or
+    below it in sessions of their own, orphans included - is stopped (SIGSTOP: a stopped process
+    cannot start another), found again until nothing new appears, and SIGKILLed with its group."""
+    grace_s = TERM_GRACE_S if grace_s is None else grace_s
+    tree = descendants(proc.pid)  # before any signal: once torchrun is gone its workers are orphans
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        tree = descendants(proc.pid, tree)  # what starts or is orphaned meanwhile
+    exited = proc.poll() is not None
+    stopped: set[int] = set()
+    for _ in range(100):
+        tree = descendants(None if exited else proc.pid, tree)
+        new = [pid for pid in tree if pid not in stopped]
+        if not new:
+            break
+        for pid in new:
+            _signal(pid, tree[pid], signal.SIGSTOP)
+            stopped.add(pid)
+    table = _process_table()
+    # groups still in use cannot have been handed to another process; the launcher's own group only
+    # while it is not reaped or a member is left
+    groups = {table[pid][1] for pid in tree if pid in table and table[pid][3] == tree[pid]}
+    if not exited:
+        groups.add(proc.pid)
+    for group in groups:
+        if group > 1 and (group == proc.pid or group in tree):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
+    if not exited:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    for pid, start in tree.items():
+        _signal(pid, start, signal.SIGKILL)
     proc.wait()
 
 
 def kill_launched() -> int:
-    """Kill the process groups started here that are still running; returns how many."""
+    """Kill the process trees started here that are still running; returns how many."""
     with _live_lock:
         procs = list(_live.values())
     for proc in procs:

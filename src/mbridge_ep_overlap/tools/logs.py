@@ -91,17 +91,18 @@ def parse(path: str | Path) -> LogReport:
     p = Path(path)
     files = sorted(p.rglob("*.log")) if p.is_dir() else [p]
     if not files:
-        raise UsageError("log folder", str(path), "a folder with *.log files (torchrun --log-dir, a bench run folder)")
+        raise UsageError("log folder", str(path), "a folder with *.log files (torchrun --log-dir, a bench run folder)",
+                         "empty")
     report = LogReport(str(path))
     for f in files:
         try:
             text = f.read_text(errors="replace")
         except OSError as e:
-            raise UsageError("log file", str(f), f"a readable file ({e.strerror})") from None
+            raise UsageError("log file", str(f), f"a readable file ({e.strerror})", "unreadable") from None
         _read_into(report, text)
     if not report.has_summary and not report.iterations:
         raise UsageError("Megatron-Bridge training log", str(path),
-                         "a log with the configuration summary or iteration lines")
+                         "a log with the configuration summary or iteration lines", "not a")
     return report
 
 
@@ -174,7 +175,7 @@ _NO_ITERATIONS = (f"{_NO_ITERATION_LINES}: MB prints them on the last rank only 
 
 def verify(paths: list[str], warmup: int = 2) -> tuple[int, list[str]]:
     if not 1 <= len(paths) <= 2:
-        raise UsageError("number of logs", len(paths), "1 (verdict) or 2 (reference, candidate)")
+        raise UsageError("number of logs", len(paths), "1 (verdict) or 2 (reference, candidate)", "wrong")
     reports = [parse(p) for p in paths]
     out, code = [], 0
     for r in reports:

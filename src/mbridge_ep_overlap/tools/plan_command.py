@@ -7,14 +7,19 @@ every rule's status and - with ``--predict``, the default when the target spans 
 - the predicted step time with overlap off and on for the finalized config (``predict.config``;
 which inputs were defaults is said), or all of it as JSON with ``--json`` (``"prediction"``: the
 prediction, ``{"error": why}`` when none can be made, null when not asked; stdout then carries the
-JSON alone, Megatron's log lines go to stderr). Exit 0 when accepted, 1 when refused (every violation
-printed), 2 for bad usage. Works on a CPU machine without TE or hub access.
+JSON alone, Megatron's log lines go to stderr). The JSON is strict (RFC 8259): a non-finite number
+that reaches it - a config value such as ``inf`` shown in a violation - is written as the string
+``"inf"`` / ``"-inf"`` / ``"nan"``, never as ``Infinity`` / ``NaN``; predictions are finite or not
+made. Exit 0 when accepted, 1 when refused (every violation printed), 2 for bad usage. Works on a
+CPU machine without TE or hub access.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 from typing import Any
 
 from ..core.errors import EPOverlapError, UpstreamRefusal
@@ -74,8 +79,23 @@ def _prediction(built) -> tuple[dict[str, Any], list[str]]:
     return cp.to_dict(), ["predicted step time (step-time model, docs/prediction.md):", *cp.lines()]
 
 
+def strict_json(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by its name ("inf", "-inf", "nan") and every int
+    too long for Python to print (``sys.get_int_max_str_digits``) by its size."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    limit = sys.get_int_max_str_digits()  # 0: no limit; a digit is ~3.3 bits, so 3 per digit errs early
+    if isinstance(value, int) and limit and abs(value).bit_length() > 3 * limit:
+        return f"a {abs(value).bit_length()}-bit integer"
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
 def main(args: argparse.Namespace) -> int:
     with stdout_to_stderr():
         code, data, lines = _collect(args)
-    print(json.dumps(data, indent=2) if args.json else "\n".join(lines))
+    print(json.dumps(strict_json(data), indent=2, allow_nan=False) if args.json else "\n".join(lines))
     return code

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
 from ..core.errors import UsageError
-from .exits import OneLineArgumentParser, run_reporting_errors
+from .exits import OneLineArgumentParser, release_stderr, run_reporting_errors
 from .flags import add_spec_arguments, parse, spec_from_args
 
 
@@ -51,7 +52,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                 parser.error(f"{flag} applies to training; a --dryrun trains nothing (drop one of them)")
     if args.profile_steps is not None:
         a, sep, b = args.profile_steps.partition(":")
-        if not (sep and a.isdigit() and b.isdigit() and int(a) < int(b)):
+        if not (sep and re.fullmatch(r"[0-9]+", a) and re.fullmatch(r"[0-9]+", b) and int(a) < int(b)):
             parser.error(f"--profile-steps must be A:B with A < B, got {args.profile_steps!r}")
         args.profile_steps = (int(a), int(b))
     return args
@@ -60,7 +61,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def writable_folder(path: str) -> Path:
     """Create ``path`` (and parents) or raise OSError naming it - before any work is done."""
     folder = Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # mkdir's word for a file, or a symbolic-link loop, in the way
+        why = "is a symbolic-link loop" if folder.is_symlink() and not folder.exists() else "exists and is not a folder"
+        raise NotADirectoryError(20, why, str(folder)) from None
     if not os.access(folder, os.W_OK):
         raise PermissionError(13, "not writable", str(folder))
     return folder
@@ -133,6 +138,7 @@ def _train(args: argparse.Namespace, out: Path, summary: str | None, counter, st
     if built.plan is not None and int(os.environ.get("RANK", "0")) == 0:
         print(built.plan.to_table(), flush=True)
     require_gpus()  # after the plan: a refused config is reported (exit 1) on any machine
+    release_stderr()  # training's own logs stream from here
     name = built.recipe.name.replace(":", ".")
     summary = summary or str(out / f"{name}.summary.json")
     meta = {"recipe": spec.recipe, "ep_overlap": args.ep_overlap, "dispatcher_flag": args.dispatcher,
@@ -144,4 +150,4 @@ def _train(args: argparse.Namespace, out: Path, summary: str | None, counter, st
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    return run_reporting_errors("run_script.py", lambda: dry_run(args) if args.dryrun else train(args))
+    return run_reporting_errors("run_script.py", lambda: dry_run(args) if args.dryrun else train(args), hold_stderr=True)

@@ -15,9 +15,10 @@ violation printed), and renders a job script that
 * runs ``srun`` -> ``torchrun`` (one launcher per node, c10d rendezvous) -> ``scripts/run_script.py``
   with the spec's flags (``flags.to_argv``).
 
-Every value that reaches the script is shell-quoted; a newline, carriage return or NUL in an
-``#SBATCH`` value or a variable name that is not an identifier is bad usage (exit 2), so no input
-can start a script line of its own. ``--dryrun`` prints the script on stdout (Megatron's logging
+Every value that reaches a shell line is shell-quoted; an ``#SBATCH`` value (which sbatch reads
+up to the first blank and does not unquote like a shell) with a blank, quote, backslash, newline or
+NUL, a ``--time`` that is not a Slurm time, or a variable name that is not an identifier is bad
+usage (exit 2), so no input can start a script line of its own or be silently cut short. ``--dryrun`` prints the script on stdout (Megatron's logging
 goes to stderr); otherwise it is written to ``--output`` and submitted with ``sbatch``.
 """
 
@@ -62,9 +63,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# sbatch reads an #SBATCH line up to the first blank, so a value with a blank (or a quote, which
+# sbatch's own parser treats specially) would silently be cut short there.
+_SBATCH_UNSAFE = set(" \t\n\r\0\v\f'\"\\")
+# Slurm's --time formats: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
+# days-hours:minutes, days-hours:minutes:seconds; or UNLIMITED / INFINITE.
+_SLURM_TIME = re.compile(r"[0-9]+(:[0-9]{1,2}){0,2}|[0-9]+-[0-9]{1,2}(:[0-9]{1,2}){0,2}|UNLIMITED|INFINITE",
+                         re.IGNORECASE)
+
+
 def _sbatch_value(flag: str, value: str) -> str:
-    if any(c in value for c in "\n\r\0"):
-        raise UsageError(flag, value, "a value without newline, carriage return or NUL characters", "invalid")
+    if not value or any(c in _SBATCH_UNSAFE for c in value):
+        raise UsageError(flag, value, "a non-empty value without blanks, quotes, backslashes, newlines or NUL "
+                         "(sbatch cuts an #SBATCH value at the first blank)", "invalid")
+    if flag == "--time" and not _SLURM_TIME.fullmatch(value):
+        raise UsageError(flag, value, "a Slurm time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED",
+                         "invalid")
     return value
 
 
@@ -90,9 +104,9 @@ def render(args: argparse.Namespace, run_argv: list[str], env_vars: dict[str, st
         f"#SBATCH --time={_sbatch_value('--time', args.time)}",
         f"#SBATCH --output={_sbatch_value('--log-dir', args.log_dir)}/%x-%j.out",
     ]
-    if args.partition:
+    if args.partition is not None:
         lines.append(f"#SBATCH --partition={_sbatch_value('--partition', args.partition)}")
-    if args.account:
+    if args.account is not None:
         lines.append(f"#SBATCH --account={_sbatch_value('--account', args.account)}")
     lines += [
         "set -euo pipefail",
@@ -148,6 +162,10 @@ def _emit(args: argparse.Namespace) -> int:
     from ..pipeline import build
 
     _check_job_size(args)
+    for flag in ("--job-name", "--time", "--log-dir", "--partition", "--account"):  # before the 10-s build
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None:
+            _sbatch_value(flag, value)
     spec = spec_from_args(args, num_gpus=args.nodes * args.gpus_per_node)
     with stdout_to_stderr():
         built = build(spec)
@@ -169,4 +187,4 @@ def _emit(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(build_parser(), sys.argv[1:] if argv is None else argv)
-    return run_reporting_errors("launch_slurm.py", lambda: _emit(args))
+    return run_reporting_errors("launch_slurm.py", lambda: _emit(args), hold_stderr=True)

@@ -10,7 +10,10 @@ qualifies is kept when it beats the best by ``min_gain``. A candidate qualifies 
 succeeded, its per-iteration losses match off's (``numerics.compare_losses``) and its peak memory is
 at most the overlap baseline's times ``1 + mem_tolerance``. Before each candidate the run time is
 estimated from the runs so far; the search stops when the next run would not fit in the budget.
-Baselines always run (nothing can be ranked without them).
+Baselines always run (nothing can be ranked without them). Before the first job every argument and
+override is checked, then that this machine has ``nproc`` CUDA GPUs (``bench.require_gpus``) and
+that ``out`` can be a folder (``bench.output_folder``): each failure is bad usage in one line (exit
+2), nothing launched or written.
 
 Knobs (``KNOBS``; a knob is a function of the context giving typed ``Change`` options, or the
 reason it does not apply): the high-priority all-to-all stream, Megatron-Core's per-process-group
@@ -23,7 +26,8 @@ acts on the largest measured loss (SM contention, exposed all-to-all inside the 
 first/last microbatch, idle), the memory knob last.
 
 Outputs in ``out``: ``tune.json`` (the state: every measured candidate; a rerun with the same
-request on the same host resumes from it and measures only what is missing), ``results.json`` /
+request on the same host resumes from it and measures only what is missing; one whose rows fail
+``results.result_from_row`` is set aside and measured afresh, saying so), ``results.json`` /
 ``benchmarks.md`` / ``benchmarks.png`` (the bench outputs; ``bench --report`` reads them),
 ``tune.md`` (evidence, order, ranking, winner), and the winner: ``tuned.json`` (``{"overrides":
 [...], "env": {...}, "measured": {...}, ...}``), ``tuned.overrides`` (one ``key=value`` per line:
@@ -48,7 +52,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.errors import UsageError
-from . import bench
+from . import bench, results
+from .exits import release_stderr
 from .bench import Variant, VariantResult
 from .numerics import compare_losses
 
@@ -383,13 +388,13 @@ def _load_state(out: Path, request: dict) -> tuple[dict[str, VariantResult], str
             return {}, f"{path}: another request or host; measuring afresh"
         cache = {}
         for t in state.get("trials", []):
-            d = dict(t["result"])
-            r = VariantResult(**{k: v for k, v in d.items() if k in {f.name for f in dataclasses.fields(VariantResult)}})
-            r.spread_s = tuple(r.spread_s) if r.spread_s else None
-            r.losses = {int(k): v for k, v in (r.losses or {}).items()}
-            cache[t["name"]] = r
+            fields = {f.name for f in dataclasses.fields(VariantResult)}
+            # each row checked as bench --report checks results.json (results.RowError otherwise)
+            cache[t["name"]] = results.result_from_row({k: v for k, v in dict(t["result"]).items() if k in fields})
         return cache, f"{path}: resuming, {len(cache)} runs already measured"
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
+    except results.RowError as e:
+        return {}, f"{path}: unreadable (a run's {e}); measuring afresh"
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
         return {}, f"{path}: unreadable ({type(e).__name__}); measuring afresh"
 
 
@@ -455,8 +460,10 @@ def tune(recipe: str, nproc: int, shape: str, link: str, out: Path, budget_s: fl
     from ..pipeline import check_overrides
 
     check_overrides(base)  # a bad override is bad usage before the first job starts
+    bench.require_gpus(nproc, "bench --tune")  # after the request's own checks, before any job or file
+    bench.output_folder(out)
+    release_stderr()  # jobs start: what the libraries printed so far is shown, nothing more is held
     t0 = clock()
-    out.mkdir(parents=True, exist_ok=True)
     request = _request(recipe, nproc, shape, link, steps, warmup, profile, extra, dispatcher)
     cache, note = _load_state(out, request)
     if note:
@@ -543,7 +550,7 @@ def _line(t: Trial, off: Trial | None) -> str:
     if not r.ok or r.median_s is None:
         return f"{t.name}: {t.status}"
     vs = f", {off.result.median_s / r.median_s:.3f}x vs off" if off and off.result.median_s and t is not off else ""
-    return f"{t.name}: {r.median_s:.3f} s/step{vs}, peak {r.peak_gib:.1f} GiB - {t.status}" + (" (cached)" if t.cached else "")
+    return f"{t.name}: {r.median_s:.3f} s/step{vs}, peak {bench._num(r.peak_gib, '.1f')} GiB - {t.status}" + (" (cached)" if t.cached else "")
 
 
 def _finish(out: Path, link: str, request: dict, trials: list[Trial], winner: Trial | None, order: list[str],
@@ -605,7 +612,7 @@ def ranking(trials: list[Trial], winner: Trial | None) -> str:
         idle = "-" if r.idle_step_s is None else f"{r.idle_step_s:.3f}"
         hidden = f"{e['hidden_fraction']:.0%}" if e else "-"
         lines.append(f"| {rank} | {t.name}{mark} | {r.median_s:.3f} | {vs_off} | {vs_ov} | {share} | {hidden} | "
-                     f"{idle} | {r.peak_gib:.1f} | {t.status}{' (cached)' if t.cached else ''} |")
+                     f"{idle} | {bench._num(r.peak_gib, '.1f')} | {t.status}{' (cached)' if t.cached else ''} |")
     return "\n".join(lines)
 
 

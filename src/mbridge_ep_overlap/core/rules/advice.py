@@ -6,7 +6,10 @@ validation in docs/prediction.md): they advise when EP overlap with the config's
 predicted below ``MIN_GAIN`` (1.03x) on this target, or when another dispatcher that can run there
 is predicted more than ``CLEAR_MARGIN`` (10%, the model's stated accuracy) faster. Where no
 prediction can be made (GPU or world size unknown, a GPU kind without a hardware model, a config
-the model does not cover) they are "not checked".
+the model does not cover - a value a values rule refuses, a size beyond 2**63 - 1, a step whose
+arithmetic would not be finite) they are "not checked": ``for_config`` raises only ``CannotPredict``
+and every prediction it makes is finite, so these rules never fire on, or crash over, a number the
+model could not compute.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ class When(enum.Enum):
     OVERLAP = "overlap on"
     DELAY_WGRAD = "delayed wgrad on"
     OVERLAP_FLEX = "overlap on with the flex dispatcher"
+    FLEX = "the flex dispatcher (overlap on or off)"
     ALWAYS = "always"
 
     def applies(self, facts: Facts) -> bool:
@@ -45,6 +46,8 @@ class When(enum.Enum):
             return facts.delay_wgrad
         if self is When.OVERLAP_FLEX:
             return facts.overlap and facts.dispatcher == "flex"
+        if self is When.FLEX:
+            return facts.dispatcher == "flex"
         return facts.overlap
 
 

@@ -1,7 +1,9 @@
 """Flex dispatchers (DeepEP, HybridEP, NCCL EP): what MB's ``apply_flex_dispatcher_backend`` and
 MCore require of them, and what only shows up on the GPU node (a missing package, a DeepEP built
 without NVSHMEM, HybridEP's run-time compiler and topology variables). The facts themselves live
-in ``core.dispatcher``; these rules only read them."""
+in ``core.dispatcher``; these rules only read them. A flex backend fails the same way with overlap
+off, so the rules that are not about the overlapped path apply whenever the flex dispatcher is set
+(``When.FLEX``); the ncclep overlap-path rules apply with overlap on only."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ def expected_hybridep_ranks(ep: int, nvlink_domain_size: int | None) -> int:
 family = rule.family(Family.FLEX)
 
 
-@family("flex-backend-set", When.OVERLAP_FLEX, "model.moe_flex_dispatcher_backend",
+@family("flex-backend-set", When.FLEX, "model.moe_flex_dispatcher_backend",
         required="'deepep', 'hybridep' or 'ncclep'")
 def flex_backend_set(f: Facts) -> bool:
     """the flex dispatcher has no backend; Megatron-Bridge 0.6.2 does not fall back.
@@ -35,7 +37,7 @@ def flex_backend_set(f: Facts) -> bool:
     return f.model("moe_flex_dispatcher_backend") in dispatcher.FLEX_BACKENDS
 
 
-@family("flex-backend-gpu", When.OVERLAP_FLEX, "model.moe_flex_dispatcher_backend",
+@family("flex-backend-gpu", When.FLEX, "model.moe_flex_dispatcher_backend",
         required="DeepEP: sm80/sm90/B200/B300; HybridEP: sm80/sm90/sm100; "
                 "NCCL EP: sm90/sm100",
         needs=lambda f: f.env.has_gpu, current=lambda f: f"{f.flex_backend} on {f.env.gpu_name}",
@@ -49,7 +51,7 @@ def flex_backend_gpu(f: Facts) -> bool:
     return dispatcher.supports_gpu(f.flex_backend, f.env.gpu_name, f.env.compute_capability[0])
 
 
-@family("flex-backend-importable", When.OVERLAP_FLEX, "model.moe_flex_dispatcher_backend",
+@family("flex-backend-importable", When.FLEX, "model.moe_flex_dispatcher_backend",
         required="deep_ep importable (with HybridEPBuffer for 'hybridep'); TE with NCCL EP for 'ncclep'",
         needs=lambda f: dispatcher.availability(f.flex_backend, f.env) is not None,
         current=lambda f: f"{f.flex_backend} (deep_ep {f.env.deep_ep_version or 'missing'})")
@@ -62,7 +64,7 @@ def flex_backend_importable(f: Facts) -> bool:
     return dispatcher.availability(f.flex_backend, f.env) is True
 
 
-@family("deepep-built-with-nvshmem", When.OVERLAP_FLEX, "model.moe_flex_dispatcher_backend",
+@family("deepep-built-with-nvshmem", When.FLEX, "model.moe_flex_dispatcher_backend",
         required="a DeepEP built with NVSHMEM for 'deepep' (any EP size)",
         needs=lambda f: f.flex_backend != "deepep" or f.env.deep_ep_nvshmem is not None,
         current=lambda f: f"{f.flex_backend} with a DeepEP built without NVSHMEM")
@@ -77,7 +79,7 @@ def deepep_built_with_nvshmem(f: Facts) -> bool:
     return dispatcher.nvshmem_ok(f.flex_backend, f.env)
 
 
-@family("hybridep-jit-nvcc", When.OVERLAP_FLEX, "env_vars.CUDA_HOME",
+@family("hybridep-jit-nvcc", When.FLEX, "env_vars.CUDA_HOME",
         required="$CUDA_HOME/bin/nvcc present on the GPU node for 'hybridep'",
         needs=lambda f: f.env.source == "probed" and f.env.has_gpu,
         current=lambda f: f"CUDA_HOME={f.env_var('CUDA_HOME')}")
@@ -91,7 +93,7 @@ def hybridep_jit_nvcc(f: Facts) -> bool:
     return f.flex_backend != "hybridep" or _nvcc_under(f.env_var("CUDA_HOME"))
 
 
-@family("hybridep-nvlink-domain", When.OVERLAP_FLEX, "env_vars.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN",
+@family("hybridep-nvlink-domain", When.FLEX, "env_vars.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN",
         severity=Severity.WARNING, required="min(EP, NVLink domain size)",
         needs=lambda f: f.env.nvlink_domain_size is not None,
         current=lambda f: f.env_var("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"))
@@ -132,7 +134,7 @@ def ncclep_static_shape(f: Facts) -> bool:
 
 
 
-@family("ncclep-capacity-factor", When.OVERLAP_FLEX, "model.moe_expert_rank_capacity_factor",
+@family("ncclep-capacity-factor", When.FLEX, "model.moe_expert_rank_capacity_factor",
         required="set (a float, e.g. 1.5) with the ncclep backend")
 def ncclep_capacity_factor(f: Facts) -> bool:
     """NCCL EP sizes each rank's receive buffer from moe_expert_rank_capacity_factor; without it
@@ -144,7 +146,7 @@ def ncclep_capacity_factor(f: Facts) -> bool:
     return f.flex_backend != "ncclep" or f.model("moe_expert_rank_capacity_factor") is not None
 
 
-@family("ncclep-static-shape-fused-gemm", When.OVERLAP_FLEX, "model.use_transformer_engine_op_fuser",
+@family("ncclep-static-shape-fused-gemm", When.FLEX, "model.use_transformer_engine_op_fuser",
         required="True, with moe_grouped_gemm, when moe_ncclep_static_shape is on")
 def ncclep_static_shape_fused_gemm(f: Facts) -> bool:
     """NCCL EP's static shapes need the fused grouped GEMM over device-side expert counts (the TE op

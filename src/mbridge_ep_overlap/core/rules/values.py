@@ -4,14 +4,23 @@ A size of 0 reaches Megatron as a ``ZeroDivisionError``, a string where a count 
 ``TypeError`` deep in a rule or in MCore, a negative size as a silently negative data-parallel
 size. These rules name the field, the value and what is required instead. The engine evaluates
 them first; when one fails, a later rule that cannot even read the malformed value is reported as
-"not checked" rather than crashing."""
+"not checked" rather than crashing.
+
+Where an integer is required, a float is refused, integral or not (``4096.0``, ``2.5``, ``inf``,
+``nan``): the count rules accept ``int`` only. The upper bound is ``INT64_MAX`` = 2**63 - 1, the
+largest signed 64-bit integer, for every size and for the tokens per step (global batch x
+sequence length): torch and numpy hold shapes, positions, sample and token counts as int64, so a
+larger value cannot run at all (``torch.arange(2**63)`` raises), and it is ~10 orders of
+magnitude above any real run (the largest published steps are ~1e8 tokens, vocabularies ~1e6).
+Megatron-Bridge 0.6.2's finalize accepts such values (Python ints do not overflow); the parity
+cases name where they fail later."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..facts import Facts
-from ..sizes import positive_int
+from ..sizes import INT64_MAX, positive_int, shown
 from .base import Family, Upstream, When, rule
 
 family = rule.family(Family.VALUES)
@@ -20,10 +29,20 @@ PARALLEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", 
                   "expert_model_parallel_size", "expert_tensor_parallel_size", "virtual_pipeline_model_parallel_size")
 OPTIONAL_SIZES = ("expert_tensor_parallel_size", "virtual_pipeline_model_parallel_size")  # None: derived upstream
 MODEL_SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "seq_length")
+# every integer size of the model the values rules read (the int64 bound applies to each)
+MODEL_INTEGERS = (*PARALLEL_SIZES, *MODEL_SHAPE, "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size",
+                  "ffn_hidden_size", "num_query_groups", "kv_channels", "vocab_size", "mtp_num_layers",
+                  "moe_shared_expert_intermediate_size")
+BATCH = ("global_batch_size", "micro_batch_size")
 
 
 def _bad(values: dict[str, Any], optional: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if not (v is None and k in optional) and positive_int(v) is None}
+    return {k: _show(v) for k, v in values.items() if not (v is None and k in optional) and positive_int(v) is None}
+
+
+def _show(value: Any) -> Any:
+    """A value for a violation: an int beyond 64 bits by its size (a 10**5000 cannot even be printed)."""
+    return shown(value) if isinstance(value, int) and abs(value).bit_length() > 64 else value
 
 
 def _bad_parallel(f: Facts) -> dict[str, Any]:
@@ -31,7 +50,7 @@ def _bad_parallel(f: Facts) -> dict[str, Any]:
 
 
 def _bad_batch(f: Facts) -> dict[str, Any]:
-    return _bad({n: f.train(n) for n in ("global_batch_size", "micro_batch_size")})
+    return _bad({n: f.train(n) for n in BATCH})
 
 
 def _bad_shape(f: Facts) -> dict[str, Any]:
@@ -40,6 +59,26 @@ def _bad_shape(f: Facts) -> dict[str, Any]:
 
 def _experts(f: Facts) -> int | None:
     return positive_int(f.model("num_moe_experts"))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _beyond_int64(f: Facts) -> dict[str, str]:
+    """Integer sizes outside the signed 64-bit range, shown by size (a 10**5000 cannot be printed)."""
+    values = {**{f"model.{n}": f.model(n) for n in MODEL_INTEGERS}, **{f"train.{n}": f.train(n) for n in BATCH}}
+    return {k: shown(v) for k, v in values.items() if _is_int(v) and not -INT64_MAX - 1 <= v <= INT64_MAX}
+
+
+def _in_int64(value: Any) -> int | None:
+    value = positive_int(value)
+    return value if value is not None and value <= INT64_MAX else None
+
+
+def _optional_count(value: Any) -> bool:
+    """None (upstream derives it) or an int >= 1; bools, floats and strings are not counts."""
+    return value is None or positive_int(value) is not None
 
 
 @family("parallel-sizes", When.ALWAYS, "model.*_parallel_size",
@@ -74,6 +113,36 @@ def model_shape(f: Facts) -> bool:
     Fix: set model.num_layers, hidden_size, num_attention_heads and seq_length to integers >= 1.
     """
     return not _bad_shape(f)
+
+
+@family("sizes-fit-int64", When.ALWAYS, "model.* / train.* integer sizes",
+        required="at most 2**63 - 1 (the largest signed 64-bit integer)", current=_beyond_int64, sanity=True)
+def sizes_fit_int64(f: Facts) -> bool:
+    """a size is beyond 2**63 - 1, more than any run can have: finalize accepts it (Python ints do not
+    overflow), then torch and numpy, which hold sizes as int64, cannot (MCore 0.19.2
+    models/common/embeddings/rotary_pos_embedding.py:131 torch.arange(seq_length) raises; MB 0.6.2
+    data/loaders.py:127 makes train_iters x global_batch_size the sample count MCore's
+    datasets/gpt_dataset.py:754 builds a numpy index of).
+
+    Fix: set the size the model and the run really have (each well below 2**63 - 1).
+    """
+    return not _beyond_int64(f)
+
+
+@family("tokens-per-step-fit-int64", When.ALWAYS, "train.global_batch_size x model.seq_length",
+        required="at most 2**63 - 1 tokens per step", sanity=True,
+        needs=lambda f: _in_int64(f.train("global_batch_size")) is not None
+        and _in_int64(f.model("seq_length")) is not None,
+        current=lambda f: f"{f.train('global_batch_size')} x {f.model('seq_length')} = "
+        f"{shown(f.train('global_batch_size') * f.model('seq_length'))} tokens")
+def tokens_per_step_fit_int64(f: Facts) -> bool:
+    """one step would carry more than 2**63 - 1 tokens, more than any run can count: finalize accepts
+    it, then MCore 0.19.2 counts the tokens its dataset must serve as num_samples x sequence_length
+    (datasets/gpt_dataset.py:690, at least one step's worth) and indexes them with int64 numpy arrays.
+
+    Fix: lower train.global_batch_size or model.seq_length to the run's real values.
+    """
+    return f.train("global_batch_size") * f.model("seq_length") <= INT64_MAX
 
 
 @family("moe-experts-value", When.ALWAYS, "model.num_moe_experts", required="None (dense) or an integer >= 1",
@@ -111,6 +180,80 @@ def router_topk(f: Facts) -> bool:
     return topk is not None and topk <= _experts(f)
 
 
+@family("moe-ffn-hidden-size", When.ALWAYS, "model.moe_ffn_hidden_size",
+        required="None (MCore uses ffn_hidden_size) or an integer >= 1", sanity=True)
+def moe_ffn_hidden_size(f: Facts) -> bool:
+    """the experts' hidden size is neither None nor a positive integer: finalize accepts it, then MCore
+    0.19.2 builds the expert weights with it when the model is constructed (transformer/moe/experts.py:212,
+    a negative width fails there after the job started; 0 builds experts that output nothing).
+
+    Fix: set model.moe_ffn_hidden_size to the experts' FFN width (an integer), or None to use
+    ffn_hidden_size (transformer_config.py:1534).
+    """
+    return _optional_count(f.model("moe_ffn_hidden_size"))
+
+
+@family("num-query-groups", When.ALWAYS, "model.num_query_groups",
+        required="None (multi-head attention) or an integer >= 1", sanity=True)
+def num_query_groups(f: Facts) -> bool:
+    """the number of query groups is neither None nor a positive integer: MCore 0.19.2's finalize check
+    (transformer_config.py:1338) passes 0 and -1 (0 % TP == 0), then the attention layer divides the
+    heads by it when the model is constructed (transformer/attention.py:353-359: ZeroDivisionError at 0,
+    negative heads per partition at -1).
+
+    Fix: set model.num_query_groups to the model's key-value head count, or None for multi-head
+    attention (transformer_config.py:1335).
+    """
+    return _optional_count(f.model("num_query_groups"))
+
+
+@family("kv-channels", When.ALWAYS, "model.kv_channels",
+        required="None (hidden_size // num_attention_heads) or an integer >= 1", sanity=True)
+def kv_channels(f: Facts) -> bool:
+    """the attention head width is neither None nor a positive integer: finalize accepts it, then MCore
+    0.19.2 builds zero- or negative-width heads when the model is constructed (transformer/attention.py:333;
+    at 0 the softmax scale 1/sqrt(head width) divides by zero, transformer/dot_product_attention.py:85).
+
+    Fix: set model.kv_channels to the head width (an integer), or None for hidden_size // num_attention_heads
+    (transformer_config.py:1332).
+    """
+    return _optional_count(f.model("kv_channels"))
+
+
+@family("vocab-size", When.ALWAYS, "model.vocab_size", required="None (the tokenizer's) or an integer >= 1",
+        sanity=True)
+def vocab_size(f: Facts) -> bool:
+    """the vocabulary size is neither None nor a positive integer: finalize accepts it, then MB 0.6.2
+    refuses it only at setup, once the tokenizer is built (training/setup.py:295 -> :707, "cannot be
+    smaller than tokenizer's vocab_size"), after the job started.
+
+    Fix: set model.vocab_size to the tokenizer's vocabulary size or more, or None to take the
+    tokenizer's (training/setup.py:702).
+    """
+    return _optional_count(f.model("vocab_size"))
+
+
+@family("moe-capacity-factor", When.ALWAYS, "model.moe_expert_capacity_factor",
+        required="None (dropless) or a finite number > 0 and at most 2**63 - 1", sanity=True)
+def moe_capacity_factor(f: Facts) -> bool:
+    """the expert capacity factor is neither None nor a positive number: MCore 0.19.2 silently turns a
+    negative factor into None, dropless (transformer_config.py:1660-1662; MB 0.6.2's apply_moe_token_drop
+    likewise, training/utils/moe_token_drop.py:53) - not a capacity; at 0 every token is dropped
+    (transformer/moe/moe_utils.py:256 gives a capacity of 0); inf, nan and a factor so large that
+    tokens x top-k / experts x factor overflows (above 2**63 - 1 it can) fail in that math.ceil at the
+    first step.
+
+    Fix: set model.moe_expert_capacity_factor to a positive factor such as 1.0, or None for dropless
+    MoE.
+    """
+    value = f.model("moe_expert_capacity_factor")
+    if value is None:
+        return True
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    return 0 < value <= INT64_MAX  # false for nan; int/float comparison is exact and never overflows
+
+
 @family("recompute-modules-type", When.ALWAYS, "model.recompute_modules", required="None or a list of module names",
         sanity=True, upstream=Upstream.MCORE, upstream_match="not iterable")
 def recompute_modules_type(f: Facts) -> bool:
@@ -143,11 +286,20 @@ def mixed_precision_known(f: Facts) -> bool:
     return True
 
 
-@family("env-vars-type", When.ALWAYS, "env_vars", required="None or a dict of variable names to values",
-        sanity=True, current=lambda f: type(getattr(f.cfg, "env_vars", None)).__name__,
+def _env_vars_shape(f: Facts) -> str:
+    value = getattr(f.cfg, "env_vars", None)
+    if isinstance(value, dict):
+        bad = [k for k in value if not isinstance(k, str)]
+        return f"a dict with non-str keys {bad[:3]!r}" if bad else "a dict"
+    return type(value).__name__
+
+
+@family("env-vars-type", When.ALWAYS, "env_vars", required="None or a dict of variable names (str) to values",
+        sanity=True, current=_env_vars_shape,
         upstream=Upstream.MB_FINALIZE, upstream_match="has no attribute 'items'")
 def env_vars_type(f: Facts) -> bool:
-    """cfg.env_vars is not a dict, so the launcher variables the plan needs cannot be put there.
+    """cfg.env_vars is not a dict of variable names, so the launcher variables the plan needs cannot
+    be put there.
 
     Fix: set cfg.env_vars to a dict (or leave it None: enable_ep_overlap creates one).
     """

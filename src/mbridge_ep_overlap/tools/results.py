@@ -1,0 +1,211 @@
+"""The rows of a bench ``results.json``: ``VariantResult`` and the checked way back from JSON.
+
+Contract: ``load_results(path)`` returns the ``VariantResult`` rows of a ``results.json`` written by
+``bench`` (or ``bench --tune``), every field checked for what the report reads (``ROW_FIELDS``:
+types; finite numbers where the report computes; the profile numbers ``trace.analyze`` wrote) - or
+raises one ``UsageError`` naming the file, the row and the field. ``result_from_row`` checks one row
+(``RowError``). Nothing here imports torch or Megatron.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.errors import UsageError
+
+
+@dataclass
+class VariantResult:
+    variant: str
+    link: str
+    ok: bool
+    error: str = ""
+    step_times: list[float] = field(default_factory=list)
+    median_s: float | None = None
+    spread_s: tuple[float, float] | None = None
+    tokens_per_s: float | None = None
+    peak_gib: float | None = None
+    losses: dict[int, float | None] = field(default_factory=dict)
+    skipped: list[int] = field(default_factory=list)
+    overlap_efficiency: dict | None = None
+    speedup: float | None = None
+    parity: str = ""
+    finalized: dict = field(default_factory=dict)
+    # issue 16 (absent from older results.json: ``compare_to_baseline`` recomputes them)
+    run: str = ""
+    """The bench output folder the row was measured in."""
+    run_s: float | None = None
+    """Wall time of the whole torchrun job (start-up included): the tuner's run-time estimate."""
+    overrides: list[str] = field(default_factory=list)
+    env: dict = field(default_factory=dict)
+    share_of_gain: float | None = None
+    """(off - variant) / (off - ideal), ideal = max(compute, all-to-all) from this row's profile."""
+    share_of_gain_off_ideal: float | None = None
+    """The same with the ideal of the off run's profile (no contention added by overlap)."""
+    idle_step_s: float | None = None
+    idle_estimated: bool = False
+    """True: from a profile without ``idle_step_s`` (before issue 16): a lower bound."""
+    peak_vs_off: float | None = None
+    compute_vs_off_s: float | None = None
+    """Compute time per step added against off (kernel union; SM / memory contention)."""
+    disqualified: str = ""
+    """Set by ``bench --tune``: why the row may not win (its losses or its peak memory)."""
+
+
+
+# ---- reading results.json back ------------------------------------------------------------------
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _finite(x) -> bool:
+    return _number(x) and math.isfinite(x)
+
+
+def _optional(check):
+    return lambda x: x is None or check(x)
+
+
+def _positive(x) -> bool:
+    return _finite(x) and x > 0
+
+
+def _non_negative(x) -> bool:
+    return _finite(x) and x >= 0
+
+
+def _losses(x) -> bool:
+    return isinstance(x, dict) and all(re.fullmatch(r"-?\d+", str(k)) and (v is None or _number(v)) for k, v in x.items())
+
+
+def _text(x) -> bool:
+    return isinstance(x, str)
+
+
+_OPTIONAL_FINITE = (_optional(_finite), "a finite number, or null")
+# Every field of a row and what the report (compare_to_baseline, markdown, plot, summary_line) needs
+# of it; a row is validated whole before anything is computed or written.
+ROW_FIELDS: dict[str, tuple] = {
+    "variant": (lambda x: isinstance(x, str) and x != "", "a non-empty string"),
+    "link": (lambda x: isinstance(x, str) and x != "", "a non-empty string"),
+    "ok": (lambda x: isinstance(x, bool), "true or false"),
+    "error": (_text, "a string"),
+    "step_times": (lambda x: isinstance(x, list) and all(_positive(t) for t in x), "a list of finite numbers > 0"),
+    "median_s": (_optional(_positive), "a finite number > 0, or null"),
+    "spread_s": (_optional(lambda x: isinstance(x, (list, tuple)) and len(x) == 2 and all(_finite(t) for t in x)),
+                 "two finite numbers [min, max], or null"),
+    "tokens_per_s": (_optional(_non_negative), "a finite number >= 0, or null"),
+    "peak_gib": (_optional(_non_negative), "a finite number >= 0, or null"),
+    "losses": (_losses, "a mapping of iteration number -> loss (a number or null)"),
+    "skipped": (lambda x: isinstance(x, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in x),
+                "a list of iteration numbers"),
+    "overlap_efficiency": (_optional(lambda x: isinstance(x, dict)), "a profile analysis (a mapping), or null"),
+    "speedup": (_optional(_positive), "a finite number > 0, or null"),
+    "parity": (_text, "a string"),
+    "finalized": (lambda x: isinstance(x, dict), "a mapping of finalized fields"),
+    "run": (_text, "a string"),
+    "run_s": (_optional(_non_negative), "a finite number >= 0, or null"),
+    "overrides": (lambda x: isinstance(x, list) and all(isinstance(o, str) for o in x), "a list of strings"),
+    "env": (lambda x: isinstance(x, dict), "a mapping"),
+    "share_of_gain": _OPTIONAL_FINITE,
+    "share_of_gain_off_ideal": _OPTIONAL_FINITE,
+    "idle_step_s": _OPTIONAL_FINITE,
+    "idle_estimated": (lambda x: isinstance(x, bool), "true or false"),
+    "peak_vs_off": _OPTIONAL_FINITE,
+    "compute_vs_off_s": _OPTIONAL_FINITE,
+    "disqualified": (_text, "a string"),
+}
+# The profile numbers the report computes with (trace.analyze's OverlapEfficiency); the three read
+# for the table when an all-to-all kernel was recognized (a2a_s > 0) must be there.
+EFFICIENCY_NUMBERS = ("iterations", "a2a_s", "comm_s", "compute_s", "hidden_s", "exposed_s", "hidden_fraction",
+                      "ideal_step_s", "measured_step_s", "idle_step_s", "busy_s")
+EFFICIENCY_NEEDED_WITH_A2A = ("hidden_fraction", "exposed_s", "ideal_step_s")
+
+
+class RowError(ValueError):
+    """One field of a results row is not what the report needs."""
+
+    def __init__(self, field_name: str, value, required: str) -> None:
+        self.field, self.value, self.required = field_name, value, required
+        super().__init__(f"field {field_name} = {_short(value)}; allowed: {required}")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def result_from_row(d) -> VariantResult:
+    """A ``VariantResult`` from one row of a results.json, every field checked (RowError otherwise)."""
+    if not isinstance(d, dict):
+        raise RowError("(the row itself)", d, "a mapping of VariantResult fields")
+    for name in ("variant", "link", "ok"):
+        if name not in d:
+            raise RowError(name, None, ROW_FIELDS[name][1] + " (missing)")
+    for name, value in d.items():
+        if name not in ROW_FIELDS:
+            raise RowError(name, value, "only VariantResult fields (" + ", ".join(ROW_FIELDS) + ")")
+        check, required = ROW_FIELDS[name]
+        if not check(value):
+            raise RowError(name, value, required)
+    e = d.get("overlap_efficiency") or {}
+    for name in EFFICIENCY_NUMBERS:
+        value = e.get(name)
+        needed = name in EFFICIENCY_NEEDED_WITH_A2A and e.get("a2a_s")
+        if (value is None and needed) or (value is not None and not _finite(value)) or (
+                name == "iterations" and value is not None and value <= 0):
+            required = "a finite number > 0" if name == "iterations" else "a finite number"
+            raise RowError(f"overlap_efficiency.{name}", value,
+                           required + ("" if needed else ", or null") + (" (a2a_s > 0)" if needed else ""))
+    phases = e.get("phases")  # the numbers bench --tune orders its knobs by (tune.evidence)
+    if phases is not None and not isinstance(phases, dict):
+        raise RowError("overlap_efficiency.phases", phases, "a mapping (trace.analyze's phases), or null")
+    for name in ("first_forward_s", "last_backward_s", "outside_step_s", "inside", "outside"):
+        value = (phases or {}).get(name)
+        spans = name in ("inside", "outside")
+        if not (value is None or (_finite(value) if not spans else isinstance(value, dict) and all(
+                x is None or _finite(x) for x in value.values()))):
+            raise RowError(f"overlap_efficiency.phases.{name}", value,
+                           ("a mapping of finite numbers" if spans else "a finite number") + ", or null")
+    r = VariantResult(**d)
+    r.spread_s = tuple(r.spread_s) if r.spread_s else None
+    r.losses = {int(k): v for k, v in (r.losses or {}).items()}
+    return r
+
+
+def load_results(path: Path) -> list[VariantResult]:
+    """The ``VariantResult`` rows of a ``results.json`` written by ``run_bench``, each field checked
+    for what the report reads (types; finite numbers where numbers are needed). UsageError naming the
+    file - and the row and field - when it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise UsageError("bench results file", str(path), f"a results.json written by bench ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''})", "unreadable") from None
+    if not isinstance(data, list) or not data:
+        found = "an empty list" if isinstance(data, list) else f"a {type(data).__name__}"
+        raise UsageError("bench results file", str(path), f"a results.json written by bench: a list of rows (found {found})",
+                         "invalid")
+    rows = []
+    for i, d in enumerate(data, 1):
+        try:
+            rows.append(result_from_row(d))
+        except RowError as e:
+            label = f" ({d.get('link')}/{d.get('variant')})" if isinstance(d, dict) and "variant" in d else ""
+            raise UsageError(f"bench results file {str(path)!r}, row {i}{label}, field {e.field} =", _Shown(e.value),
+                             e.required, "invalid") from None
+    return rows
+
+
+class _Shown:
+    """A value shown shortened in a one-line error."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return _short(self.value)

@@ -1,0 +1,108 @@
+"""The launcher's timeout ends the whole process tree it started (no GPU, no torch: a pure-Python
+tree shaped like torchrun's - workers in sessions of their own - timed out by ``run_process_group``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mbridge_ep_overlap.tools import launch
+
+# top -> child (top's group) -> grandchild (a session of its own, as torchrun starts its workers)
+# -> leaf (the grandchild's session). The grandchild and the leaf ignore SIGTERM: only SIGKILL ends
+# them. top either exits on SIGTERM at once (a launcher that leaves its workers behind, orphaned) or
+# ignores it (a launcher that never stops: the grace period runs out).
+TREE = r'''
+import os, signal, subprocess, sys, time
+role, folder, top_on_term = sys.argv[1], sys.argv[2], sys.argv[3]
+if role in ("grandchild", "leaf") or (role == "top" and top_on_term == "ignore"):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+following = {"top": "child", "child": "grandchild", "grandchild": "leaf"}.get(role)
+if following:
+    subprocess.Popen([sys.executable, __file__, following, folder, top_on_term],
+                     start_new_session=following == "grandchild")
+with open(os.path.join(folder, role + ".tmp"), "w") as f:
+    f.write(str(os.getpid()))
+os.replace(os.path.join(folder, role + ".tmp"), os.path.join(folder, role + ".pid"))
+while True:
+    time.sleep(1)
+'''
+ROLES = ("top", "child", "grandchild", "leaf")
+
+
+def alive(pid: int, marker: str) -> bool:
+    """``pid`` runs (not a zombie) and is still one of this test's processes (its command line
+    holds the test's own folder: a reused pid is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z" and marker.encode() in cmdline
+
+
+def survivors(pids: dict[str, int], marker: str, wait_s: float = 3.0) -> list[str]:
+    """The roles still alive after up to ``wait_s`` (SIGKILL is delivered asynchronously)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = [role for role, pid in pids.items() if alive(pid, marker)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("top_on_term", ["exit", "ignore"])
+def test_timeout_kills_every_descendant_in_sessions_of_their_own(top_on_term, tmp_path, monkeypatch):
+    monkeypatch.setattr(launch, "TERM_GRACE_S", 1.0)
+    script = tmp_path / "tree.py"
+    script.write_text(TREE)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    pids: dict[str, int] = {}
+    try:
+        code, timed_out, seconds = launch.run_process_group(
+            [sys.executable, str(script), "top", str(folder), top_on_term], folder, dict(os.environ), timeout_s=6)
+        pids = {role: int((folder / f"{role}.pid").read_text()) for role in ROLES if (folder / f"{role}.pid").exists()}
+        assert timed_out and code is not None
+        assert sorted(pids) == sorted(ROLES), f"the tree was not built before the timeout: {sorted(pids)}"
+        assert survivors(pids, str(tmp_path)) == []
+        assert seconds < 6 + 1.0 + 5  # the grace period, not torchrun's own 30 s
+        assert not launch._live
+    finally:  # a failed test leaves nothing running
+        for pid in pids.values():
+            if alive(pid, str(tmp_path)):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_descendants_follow_orphans_and_ignore_reused_pids(tmp_path):
+    import subprocess
+
+    script = tmp_path / "tree.py"
+    script.write_text(TREE)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    proc = subprocess.Popen([sys.executable, str(script), "top", str(folder), "exit"], start_new_session=True)
+    pids: dict[str, int] = {}
+    try:
+        deadline = time.monotonic() + 10
+        while not (folder / "leaf.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = {role: int((folder / f"{role}.pid").read_text()) for role in ROLES}
+        tree = launch.descendants(proc.pid)
+        assert set(tree) == {pids["child"], pids["grandchild"], pids["leaf"]}
+        proc.kill()
+        proc.wait()  # top gone and reaped: its pid may name another process now
+        os.kill(pids["child"], signal.SIGKILL)  # the grandchild is an orphan now
+        assert survivors({"child": pids["child"]}, str(tmp_path)) == []
+        found = launch.descendants(None, {**tree, pids["child"]: tree[pids["child"]]})
+        assert set(found) == {pids["grandchild"], pids["leaf"]}
+        assert launch.descendants(None, {pids["leaf"]: tree[pids["leaf"]] + 1}) == {}  # another start time
+    finally:
+        for pid in pids.values():
+            if alive(pid, str(tmp_path)):
+                os.kill(pid, signal.SIGKILL)
