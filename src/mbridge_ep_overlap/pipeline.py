@@ -17,6 +17,7 @@ the plan (None with overlap off), the report and the target; ``finalize(built)``
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -131,8 +132,9 @@ def build(spec: RunSpec, *, target: ClusterEnvironment | None = None,
 
 def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_step_func: Callable | None) -> Built:
     from .core import dispatcher, enforcement
-    from .core.enable import Options, Session, disable_ep_overlap, mb_fallback
-    from .core.engine import evaluate
+    from .core.enable import (Options, Session, add_missing_sections, disable_ep_overlap, hybridep_environment,
+                              mb_fallback, refuse_malformed)
+    from .core.engine import UNREADABLE, evaluate
     from .core.forward_step import forward_step
 
     forward_step_func = forward_step_func or forward_step  # the step scripts/run_script.py trains with
@@ -147,7 +149,17 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
             high_priority_a2a=entry.high_priority_a2a if spec.high_priority_a2a is None else spec.high_priority_a2a,
             resolve=spec.resolve,
         )
-        session = Session(cfg, options, target, forward_step_func).configure()
+        # The values judged are the ones the run gets (an override may mend a recipe's value): the
+        # table runs after the overrides. A malformed value that configuring had to read first is
+        # judged the same way, on a copy of the recipe's config with the overrides applied.
+        pristine = copy.deepcopy(cfg)
+        try:
+            session = Session(cfg, options, target, forward_step_func).configure()
+        except UNREADABLE:
+            add_missing_sections(pristine)
+            apply_overrides(pristine, spec.overrides)
+            refuse_malformed(pristine, target, forward_step_func, "build")
+            raise  # no value rule names it: a gap in the rules, shown as it is
         apply_overrides(cfg, spec.overrides)
         report = session.check()
         plan = session.finish(report, "build")
@@ -157,11 +169,19 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
     else:
         disable_ep_overlap(cfg)
         fell_back = None
+        if spec.dispatcher and not getattr(cfg.model, "num_moe_experts", None):
+            raise UsageError("--dispatcher", spec.dispatcher, f"a MoE model (recipe {recipe.name} has no experts: "
+                             "num_moe_experts is unset)", "invalid")
         if spec.dispatcher == "alltoall":
-            cfg.model.moe_token_dispatcher_type, cfg.model.moe_flex_dispatcher_backend = "alltoall", None
+            for name, value in dispatcher.ALLTOALL_FIELDS.items():
+                setattr(cfg.model, name, value)
         elif spec.dispatcher:  # a flex backend ('auto' is refused with overlap off: RunSpec.validated)
             if not dispatcher.apply(cfg.model, spec.dispatcher, target):  # MB's silent allow-list fallback
                 fell_back = mb_fallback(spec.dispatcher, target)
+            elif spec.dispatcher == "hybridep":
+                cfg.env_vars = cfg.env_vars if cfg.env_vars is not None else {}
+                for name, (value, _) in hybridep_environment(cfg, target).items():
+                    cfg.env_vars.setdefault(name, value)
         apply_overrides(cfg, spec.overrides)
         report = evaluate(cfg, target, forward_step_func)
         if fell_back is not None:

@@ -335,3 +335,64 @@ def test_the_api_refuses_what_is_not_a_config_or_a_target(proxy_cfg):
     proxy_cfg.env_vars = None  # a recipe may leave it None: enable creates the dict
     enable_ep_overlap(proxy_cfg, environment=describe("h200", 2, te_version=""))
     assert proxy_cfg.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
+
+
+def test_an_override_mends_a_recipe_value(tmp_path, monkeypatch, capsys):
+    """The values judged are the ones the run gets: a recipe's malformed value mended by an override
+    is accepted; left as it is, it is refused with every violation (exit 1)."""
+    (tmp_path / "ep_overlap_probe_mbs0.py").write_text(
+        "def k():\n    from mbridge_ep_overlap.spec import resolve_recipe\n"
+        "    cfg = resolve_recipe('qwen3_moe_proxy').config()\n    cfg.train.micro_batch_size = 0\n    return cfg\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["plan", "--recipe", "ep_overlap_probe_mbs0:k", "--gpu", "h200", "--num-gpus", "2"]
+    code, out, err = call(cli.main, [*argv, "--set", "train.micro_batch_size=2"], capsys)
+    assert code == 0, out + err
+    code, out, err = call(cli.main, argv, capsys)
+    assert code == 1 and "batch-sizes" in out + err and "EP overlap refused" in out + err
+
+
+def test_overlap_off_with_hybridep_gets_its_topology_and_the_node_verdict(capsys):
+    """With overlap off a flex backend is set up and judged as with it on: HybridEP's topology
+    variables, and a backend that failed this node's smoke check is refused."""
+    from mbridge_ep_overlap.pipeline import build
+    from mbridge_ep_overlap.spec import RunSpec, TargetSpec
+    from mbridge_ep_overlap.target.cluster import describe
+
+    spec = RunSpec(recipe="qwen3_moe_proxy", ep_overlap=False, dispatcher="hybridep",
+                   target=TargetSpec(gpu="h200", num_gpus=2, deep_ep="1.2.1"))
+    built = build(spec)
+    assert built.cfg.model.moe_flex_dispatcher_backend == "hybridep"
+    assert {k: built.cfg.env_vars[k] for k in ("USE_MNNVL", "NVLINK_DOMAIN_SIZE")} == {"USE_MNNVL": "0",
+                                                                                        "NVLINK_DOMAIN_SIZE": "8"}
+    sick = describe("h200", 2, deep_ep_version="1.2.1")
+    sick = type(sick)(**{**sick.__dict__, "dispatcher_health": {"hybridep": "crashed (SIGSEGV) in HybridEPBuffer init",
+                                                               "hybridep:USE_MNNVL=0": "crashed (SIGSEGV) in HybridEPBuffer init"}})
+    from mbridge_ep_overlap import EPOverlapError
+
+    with pytest.raises(EPOverlapError, match="dispatcher-healthy"):
+        build(spec, target=sick)
+
+
+def test_a_dispatcher_for_a_model_without_experts_is_bad_usage(monkeypatch, tmp_path, capsys):
+    (tmp_path / "ep_overlap_probe_dense.py").write_text(
+        "def k():\n    from mbridge_ep_overlap.spec import resolve_recipe\n"
+        "    cfg = resolve_recipe('qwen3_moe_proxy').config()\n    cfg.model.num_moe_experts = None\n    return cfg\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out, err = call(cli.main, ["plan", "--recipe", "ep_overlap_probe_dense:k", "--gpu", "h100", "--num-gpus", "2",
+                                     "--ep-overlap", "off", "--dispatcher", "deepep"], capsys)
+    assert code == 2 and "no experts" in err, out + err
+
+
+@pytest.mark.parametrize("line,rule", [("cfg.env_vars = 'A=1'", "env-vars-type"),
+                                       ("cfg.model.expert_model_parallel_size = 'two'", "parallel-sizes")])
+def test_a_recipe_value_enable_must_read_first_is_refused_by_its_rule(line, rule, tmp_path, monkeypatch, capsys):
+    """Values enable reads while configuring (env_vars, the EP size) are named by their value rule
+    (exit 1), not an AttributeError from inside the configuration."""
+    name = f"ep_overlap_probe_bad_{rule.replace('-', '_')}"  # one module per case (imports are cached)
+    (tmp_path / f"{name}.py").write_text(
+        "def k():\n    from mbridge_ep_overlap.spec import resolve_recipe\n"
+        f"    cfg = resolve_recipe('qwen3_moe_proxy').config()\n    {line}\n    return cfg\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out, err = call(cli.main, ["plan", "--recipe", f"{name}:k", "--gpu", "h200",
+                                     "--num-gpus", "2", "--dispatcher", "hybridep", "--deep-ep", "1.2.1"], capsys)
+    assert code == 1 and rule in out + err, out[-2000:] + err[-2000:]

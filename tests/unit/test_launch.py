@@ -106,3 +106,35 @@ def test_descendants_follow_orphans_and_ignore_reused_pids(tmp_path):
         for pid in pids.values():
             if alive(pid, str(tmp_path)):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_an_interrupt_while_waiting_ends_the_tree_too(tmp_path, monkeypatch):
+    """Ctrl-C reaches only the launcher's own process (the tree runs in a session of its own): the
+    interrupt propagates and nothing it started is left running."""
+    monkeypatch.setattr(launch, "TERM_GRACE_S", 1.0)
+    script = tmp_path / "tree.py"
+    script.write_text(TREE)
+    folder = tmp_path / "run"
+    folder.mkdir()
+
+    def interrupt(signum, frame):
+        if len(list(folder.glob("*.pid"))) == len(ROLES):
+            signal.setitimer(signal.ITIMER_REAL, 0)  # one Ctrl-C
+            raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.5, 0.2)
+    pids: dict[str, int] = {}
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launch.run_process_group([sys.executable, str(script), "top", str(folder), "ignore"], folder,
+                                     dict(os.environ), timeout_s=60)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        pids = {role: int((folder / f"{role}.pid").read_text()) for role in ROLES}
+        assert survivors(pids, str(tmp_path)) == []
+        assert not launch._live
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        for pid in pids.values():
+            if alive(pid, str(tmp_path)):
+                os.kill(pid, signal.SIGKILL)

@@ -74,7 +74,7 @@ PROBES = [
     (["--set", "model.num_query_groups=0"], "num-query-groups"),
     (["--set", "model.kv_channels=0"], "kv-channels"),
     (["--set", "model.vocab_size=-5"], "vocab-size"),
-    (["--set", "model.moe_expert_capacity_factor=-1"], "moe-capacity-factor"),
+    (["--set", "model.moe_expert_capacity_factor=0"], "moe-capacity-factor"),
     (["--set", "model.moe_expert_capacity_factor=inf"], "moe-capacity-factor"),  # inf reaches the JSON as "inf"
 ]
 

@@ -203,7 +203,7 @@ CASES = [
     Case("num-query-groups", m(num_query_groups=0)),  # MCore attention.py:358 divides the heads by 0
     Case("kv-channels", m(kv_channels=0)),  # MCore dot_product_attention.py:85 divides by sqrt(0)
     Case("vocab-size", m(vocab_size=-5)),  # MB training/setup.py:707 once the tokenizer is built
-    Case("moe-capacity-factor", m(moe_expert_capacity_factor=-1.0)),  # MCore makes it None (dropless), asserted
+    Case("moe-capacity-factor", m(moe_expert_capacity_factor=0)),  # MCore keeps 0: every token dropped, asserted
     # what silently disables or corrupts the overlapped schedule (MCore 0.19.2 / MB 0.6.2 code paths)
     Case("model-has-schedule-plan", provider(WrapperProvider)),
     Case("moe-layer-code-bypassed", gemma4),
@@ -289,7 +289,7 @@ def test_rule_matches_upstream(case: Case, proxy_cfg):
         if case.rule in ("model-flag-reverted", "comm-overlap-snapshot-stale"):
             assert cfg.model.overlap_moe_expert_parallel_comm is False, "upstream silently turned overlap off"
         if case.rule == "moe-capacity-factor":
-            assert cfg.model.moe_expert_capacity_factor is None, "upstream silently made the MoE dropless"
+            assert cfg.model.moe_expert_capacity_factor == 0, "upstream kept a capacity of 0 tokens per expert"
     else:
         with pytest.raises((AssertionError, ValueError, TypeError, ZeroDivisionError, AttributeError)) as excinfo:
             upstream_finalize(cfg, env, case)
@@ -339,6 +339,8 @@ VALUE_ROWS = [
     (m(moe_expert_capacity_factor=1e308), {"moe-capacity-factor"}, "made"),  # math.ceil(256 x 1e308) overflows
     (m(moe_expert_capacity_factor="1.0"), {"moe-capacity-factor"}, "made"),
     (m(moe_expert_capacity_factor=1.5), set(), "made"),
+    (m(moe_expert_capacity_factor=-1.0), set(), "made"),  # upstream's spelling of dropless (MCore: None)
+    (m(moe_expert_capacity_factor=-float("inf")), {"moe-capacity-factor"}, "made"),
     (m(moe_expert_capacity_factor=None), set(), "made"),  # dropless
 ]
 
@@ -368,20 +370,22 @@ def test_value_rules_table(proxy_cfg, mutate, expected, prediction):
     (chain(m(seq_length=10**400), dataset(seq_length=10**400)), "sizes-fit-int64"),
     (chain(m(seq_length=float("inf")), dataset(seq_length=float("inf"))), "model-shape"),
     (m(moe_ffn_hidden_size=-1), "moe-ffn-hidden-size"),
-    (m(moe_expert_capacity_factor=-1), "moe-capacity-factor"),
-], ids=["gbs-2e400", "seq-1e400", "seq-inf", "moe-ffn-minus-1", "capacity-minus-1"])
+    (m(moe_expert_capacity_factor=0), "moe-capacity-factor"),
+], ids=["gbs-2e400", "seq-1e400", "seq-inf", "moe-ffn-minus-1", "capacity-0"])
 def test_enable_refuses_out_of_range_values_with_a_typed_error(proxy_cfg, mutate, rule):
     """The API: EPOverlapError listing the value rule (not an OverflowError), the config unchanged."""
     from mbridge_ep_overlap import EPOverlapError, enable_ep_overlap
 
+    import copy
+
     mutate(proxy_cfg)
     proxy_cfg.model.expert_model_parallel_size = 16
-    before = repr(proxy_cfg.comm_overlap)
+    before = copy.deepcopy(proxy_cfg.__dict__)
     env = describe("h100", BASE_WORLD, te_version="", deep_ep_version=None)
     with pytest.raises(EPOverlapError) as excinfo:
         enable_ep_overlap(proxy_cfg, environment=env)
     assert rule in {v.rule_id for v in excinfo.value.violations}
-    assert repr(proxy_cfg.comm_overlap) == before
+    assert proxy_cfg.__dict__ == before
 
 
 def test_each_rule_carries_its_text_check_and_upstream_side_by_side():

@@ -86,3 +86,12 @@ def test_gpus_per_node_defaults_to_the_gpu_kinds_node(capsys):
     assert "#SBATCH --gpus-per-node=4" in out and "--nproc_per_node 4" in out
     code, out, err = script(capsys, "--recipe", "qwen3_30b_a3b", "--nodes", "2", "--num-gpus", "16")
     assert code == 0 and "#SBATCH --gpus-per-node=8" in out, err
+
+
+def test_without_sbatch_the_script_is_written_and_the_answer_is_one_line(tmp_path, monkeypatch, capsys):
+    """Not a dry run, no sbatch on PATH: exit 2 in one line naming where the script is."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    code = main(["--recipe", "qwen3_moe_proxy", "--nodes", "1", "--gpus-per-node", "2", "--log-dir", str(tmp_path / "logs")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "sbatch" in err, err
+    assert list((tmp_path / "logs").glob("*.sbatch"))

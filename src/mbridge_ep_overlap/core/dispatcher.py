@@ -26,6 +26,8 @@ from .errors import UsageError
 
 DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep", "auto")
 FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
+ALLTOALL_FIELDS = {"moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": None}
+"""The model fields that select the alltoall dispatcher (no flex backend left behind)."""
 
 # Below this EP size DeepEP was measured slower than alltoall (Megatron-LM issue #1456; 2x H200
 # EP 2: 0.75-0.90x of overlap off, docs/benchmarks.md).

@@ -152,6 +152,42 @@ def mb_fallback(backend: str, target: ClusterEnvironment) -> Violation:
     )
 
 
+def _missing_sections(cfg: Any) -> list[tuple[str, Any, str]]:
+    from megatron.bridge.training.comm_overlap import CommOverlapConfig
+
+    out = []
+    if cfg.comm_overlap is None:
+        out.append(("comm_overlap", CommOverlapConfig(tp_comm_overlap=False), "recipe had no CommOverlapConfig"))
+    if cfg.env_vars is None:
+        out.append(("env_vars", {}, "recipe had no env_vars"))
+    return out
+
+
+def add_missing_sections(cfg: Any) -> None:
+    """The sections ``enable`` creates when a recipe has none (a CommOverlapConfig, an env_vars dict)."""
+    for path, value, _ in _missing_sections(cfg):
+        set_path(cfg, path, value)
+
+
+def hybridep_environment(cfg: Any, target: ClusterEnvironment) -> dict[str, tuple[str, str]]:
+    """The variables HybridEP needs for the target's topology: name -> (value, why). USE_MNNVL=0 on
+    NVLink domains of <= 8 GPUs keeps its buffers on CUDA IPC handles (README: the fabric path)."""
+    domain = target.nvlink_domain_size or 8
+    ranks = expected_hybridep_ranks(cfg.model.expert_model_parallel_size or 1, domain)
+    return {"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": (str(ranks), "HybridEP topology"),
+            "NVLINK_DOMAIN_SIZE": (str(domain), "HybridEP topology"),
+            "USE_MNNVL": ("1" if domain > 8 else "0", "HybridEP multi-node NVLink")}
+
+
+def refuse_malformed(cfg: Any, target: ClusterEnvironment, forward_step_func: Callable | None, context: str) -> None:
+    """Nothing is configured on a config whose values the rules cannot read: when a value rule fails
+    (``engine.malformed``, cheap), every violation the table finds is raised (``EPOverlapError``)."""
+    if any(v.severity is Severity.ERROR for v in malformed(cfg, target)):
+        report = evaluate(cfg, target, forward_step_func)
+        report.overlap = True  # judged on the way to turning overlap on: the refusal says so
+        report.raise_for_errors(context)
+
+
 class Session:
     """One ``enable_ep_overlap`` on ``cfg`` (edited in place): configure, check once, finish."""
 
@@ -172,18 +208,11 @@ class Session:
 
     # ---- configure -------------------------------------------------------------------------
     def configure(self) -> "Session":
-        from megatron.bridge.training.comm_overlap import CommOverlapConfig
-
         cfg, opts, edit = self.cfg, self.options, self.edit
         require_config(cfg)
-        malformed_values = [v for v in malformed(cfg, self.target) if v.severity is Severity.ERROR]
-        if malformed_values:  # nothing is edited on a config whose values cannot be read
-            raise EPOverlapError(malformed_values, "malformed values, nothing changed")
         already_on = Facts(cfg, self.target).overlap
-        if cfg.comm_overlap is None:
-            edit.set("comm_overlap", CommOverlapConfig(tp_comm_overlap=False), "recipe had no CommOverlapConfig")
-        if cfg.env_vars is None:
-            edit.set("env_vars", {}, "recipe had no env_vars")
+        for path, value, reason in _missing_sections(cfg):
+            edit.set(path, value, reason)
         edit.set_ep_flag("overlap_moe_expert_parallel_comm", True, "EP overlap requested")
 
         if opts.delay_wgrad is not None:
@@ -204,11 +233,8 @@ class Session:
         self._set_env("CUDA_DEVICE_MAX_CONNECTIONS", str(opts.cuda_device_max_connections),
                       "A2A stream must not be serialised")
         if Facts(cfg, self.target).flex_backend == "hybridep":
-            domain = self.target.nvlink_domain_size or 8
-            ranks = expected_hybridep_ranks(cfg.model.expert_model_parallel_size or 1, domain)
-            self._set_env("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", str(ranks), "HybridEP topology")
-            self._set_env("NVLINK_DOMAIN_SIZE", str(domain), "HybridEP topology")
-            self._set_env("USE_MNNVL", "1" if domain > 8 else "0", "HybridEP multi-node NVLink")
+            for name, (value, reason) in hybridep_environment(cfg, self.target).items():
+                self._set_env(name, value, reason)
         return self
 
     def _configure_dispatcher(self, already_on: bool) -> None:
@@ -218,8 +244,8 @@ class Session:
         self.notes += [f"resolve='auto': {why}" for why in decision.fallbacks]
         model = self.cfg.model
         if decision.dispatcher == "alltoall":
-            self.edit.set("model.moe_token_dispatcher_type", "alltoall", f"dispatcher alltoall ({decision.reason})")
-            self.edit.set("model.moe_flex_dispatcher_backend", None, "no flex backend with alltoall")
+            for name, value in dispatchers.ALLTOALL_FIELDS.items():
+                self.edit.set(f"model.{name}", value, f"dispatcher alltoall ({decision.reason})")
             return
         backend = decision.dispatcher
         names = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_shared_expert_overlap")
@@ -308,7 +334,9 @@ def enable_ep_overlap(
     options = Options(dispatcher, delay_wgrad, high_priority_a2a, resolve, cuda_device_max_connections).validated()
     require_config(cfg)
     require_target(environment)
-    session = Session(copy.deepcopy(cfg), options, environment or current(), forward_step_func).configure()
+    target = environment or current()
+    refuse_malformed(cfg, target, forward_step_func, "enable_ep_overlap")
+    session = Session(copy.deepcopy(cfg), options, target, forward_step_func).configure()
     plan = session.finish(session.check())
     for change in session.edit.changes:  # the commit: replay onto the user's object graph
         set_path(cfg, change.path, copy.deepcopy(get_path(session.cfg, change.path)))

@@ -71,7 +71,7 @@ def evaluate(cfg: Any, environment: ClusterEnvironment | None = None, forward_st
     report = Report()
     try:
         report.overlap = bool(facts.overlap)
-    except _UNREADABLE:
+    except UNREADABLE:
         pass
     for rule in sorted(RULES, key=lambda r: not r.sanity):  # value checks first (stable order otherwise)
         try:
@@ -83,7 +83,7 @@ def evaluate(cfg: Any, environment: ClusterEnvironment | None = None, forward_st
                 report.passed.append(rule.id)
             else:
                 report.violations.append(rule.violation(facts))
-        except _UNREADABLE as e:  # a malformed value (a value rule names it): never a traceback
+        except UNREADABLE as e:  # a malformed value (a value rule names it): never a traceback
             report.unreadable[rule.id] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             report.not_checked.append(rule.id)
     return report
@@ -100,12 +100,13 @@ def malformed(cfg: Any, environment: ClusterEnvironment) -> list[Violation]:
         try:
             if rule.applies(facts) and rule.checkable(facts) and not rule.ok(facts):
                 out.append(rule.violation(facts))
-        except _UNREADABLE:
+        except UNREADABLE:
             pass
     return out
 
 
-_UNREADABLE = (TypeError, ValueError, ZeroDivisionError, AttributeError, KeyError, IndexError)
+UNREADABLE = (TypeError, ValueError, ZeroDivisionError, AttributeError, KeyError, IndexError)
+"""What reading a malformed value raises (in a check, or in code that had to read it first)."""
 
 
 def check_ep_overlap(

@@ -149,6 +149,9 @@ def main(args) -> int:
     print("\n".join(doctor_lines()), flush=True)
     if getattr(args, "smoke", False):
         lines, code = smoke_lines()
-        print("\n".join(lines), flush=True, file=sys.stdout if code != 2 else sys.stderr)
+        if code == 2:  # every backend could not even start here (smoke.exit_code)
+            raise UsageError("on this machine", " / ".join(lines)[:300], "a node where the smoke workers can start",
+                             "dispatcher smoke check cannot run")
+        print("\n".join(lines), flush=True)
         return code
     return 0

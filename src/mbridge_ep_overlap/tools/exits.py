@@ -8,14 +8,16 @@ Megatron logs to stdout. ``run_reporting_errors(..., hold_stderr=True)`` holds w
 write to stderr while a command prepares (importing Megatron alone prints ~25 warning lines on a
 machine without TE/APEX/CUDA): on bad usage only the one line is printed; on any other outcome the
 held text is written out first, unchanged. ``release_stderr()`` ends the hold early, before work
-whose output must stream (training, launches, the smoke check). ``EP_OVERLAP_VERBOSE=1`` never holds.
+whose output must stream (training, launches, the smoke check). Nothing is held in a torchrun rank
+(its stderr is its log) or with ``EP_OVERLAP_VERBOSE=1``; faulthandler keeps writing to the real
+stderr during a hold (``crash_stream``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import io
+import faulthandler
 import os
 import sys
 import tempfile
@@ -46,9 +48,10 @@ def positive_int(text: str) -> int:
 def run_reporting_errors(prog: str, action: Callable[[], int], hold_stderr: bool = False) -> int:
     """``action()``'s own exit code; 1 for a refused config (every violation printed); 2 for bad
     usage or a path that cannot be read or written (one line). Never a traceback for either.
-    ``hold_stderr``: the libraries' stderr output is held meanwhile (module docstring)."""
-    hold = _Hold.start() if hold_stderr and os.environ.get("EP_OVERLAP_VERBOSE") != "1" else None
+    ``hold_stderr``: what the libraries write to stderr is held meanwhile (module docstring)."""
+    hold = None
     try:
+        hold = _Hold.start() if hold_stderr else None
         code = action()
     except UsageError as e:
         _end(hold, replay=False)
@@ -66,13 +69,15 @@ def run_reporting_errors(prog: str, action: Callable[[], int], hold_stderr: bool
     except BaseException:
         _end(hold, replay=True)
         raise
-    _end(hold, replay=True)
+    _end(hold, replay=code != 2)  # an action's own exit 2 has printed its one line
     return code
 
 
 class _Hold:
-    """stderr held: file descriptor 2 points at a temporary file (C libraries, logging handlers
-    bound to the real stream) and ``sys.stderr`` at a buffer (Python warnings)."""
+    """stderr held: file descriptor 2 points at a temporary file, so what C libraries, logging
+    handlers and Python's warnings write there waits. ``sys.stderr`` itself is left alone (it writes
+    to fd 2): a handler created meanwhile keeps working after the hold. faulthandler, when enabled,
+    writes to the real stderr throughout, so a native crash while held is still reported."""
 
     current: "_Hold | None" = None
 
@@ -80,38 +85,57 @@ class _Hold:
         sys.stderr.flush()
         self.file = tempfile.TemporaryFile()
         self.saved_fd = os.dup(2)
-        self.saved = sys.stderr
-        self.buffer = io.StringIO()
-        os.dup2(self.file.fileno(), 2)
-        sys.stderr = self.buffer
+        try:
+            os.dup2(self.file.fileno(), 2)
+        except OSError:
+            os.close(self.saved_fd)
+            self.file.close()
+            raise
+        self.faulthandler = faulthandler.is_enabled()
+        if self.faulthandler:
+            faulthandler.enable(file=self.saved_fd, all_threads=True)
 
     @classmethod
     def start(cls) -> "_Hold | None":
-        if cls.current is not None:  # already held (a nested entry point): the outer hold decides
+        """A hold, or None where holding would hide what must be seen or cannot work: nested, asked
+        off (``EP_OVERLAP_VERBOSE=1``), a torchrun rank (its stderr is its log: a hang's evidence),
+        no usable stderr."""
+        if (cls.current is not None or os.environ.get("EP_OVERLAP_VERBOSE") == "1" or "LOCAL_RANK" in os.environ
+                or sys.stderr is None):
             return None
-        cls.current = cls()
+        try:
+            cls.current = cls()
+        except (OSError, ValueError, AttributeError):  # a closed or odd stderr: nothing is held
+            cls.current = None
         return cls.current
 
     def end(self, replay: bool) -> None:
         with contextlib.suppress(Exception):
-            self.saved.flush()
-            sys.__stderr__.flush()
+            sys.stderr.flush()
         os.dup2(self.saved_fd, 2)
+        if self.faulthandler or faulthandler.is_enabled():  # enabled meanwhile: it wrote to fd 2
+            faulthandler.enable(file=sys.__stderr__ if sys.__stderr__ is not None else 2, all_threads=True)
         os.close(self.saved_fd)
-        sys.stderr = self.saved
         _Hold.current = None
         if replay:
             self.file.seek(0)
-            text = self.file.read().decode(errors="replace") + self.buffer.getvalue()
+            text = self.file.read().decode(errors="replace")
             if text:
-                sys.stderr.write(text)
-                sys.stderr.flush()
+                with contextlib.suppress(Exception):
+                    sys.stderr.write(text)
+                    sys.stderr.flush()
         self.file.close()
 
 
 def _end(hold: _Hold | None, replay: bool) -> None:
     if hold is not None and _Hold.current is hold:
         hold.end(replay)
+
+
+def crash_stream():
+    """Where faulthandler should write: the real stderr, also while it is held."""
+    hold = _Hold.current
+    return hold.saved_fd if hold is not None else sys.__stderr__
 
 
 def release_stderr() -> None:

@@ -164,8 +164,8 @@ def crash_report(crashes: list[RankCrash], frames: int = 12) -> str:
 def run_process_group(cmd: list[str], folder: Path, env: dict[str, str], timeout_s: float,
                       cwd: Path | None = None) -> tuple[int | None, bool, float]:
     """Run ``cmd`` in its own session (process group) with its output in ``folder/launcher.log``;
-    on timeout end it and every process below it (``_kill_group``). Returns (return code, timed
-    out, seconds)."""
+    on timeout - or an interrupt or error while waiting - end it and every process below it
+    (``_kill_group``). Returns (return code, timed out, seconds)."""
     start = time.monotonic()
     with open(folder / "launcher.log", "w") as launcher_log:
         launcher_log.write(" ".join(cmd) + "\n")
@@ -180,6 +180,9 @@ def run_process_group(cmd: list[str], folder: Path, env: dict[str, str], timeout
         except subprocess.TimeoutExpired:
             timed_out = True
             _kill_group(proc)
+        except BaseException:  # Ctrl-C or any error here: its own session never gets the terminal's SIGINT
+            _kill_group(proc, grace_s=1.0)
+            raise
         finally:
             with _live_lock:
                 _live.pop(proc.pid, None)

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from ..core.errors import UsageError
-from .exits import OneLineArgumentParser, release_stderr, run_reporting_errors
+from .exits import OneLineArgumentParser, crash_stream, release_stderr, run_reporting_errors
 from .flags import add_spec_arguments, parse, spec_from_args
 
 
@@ -110,7 +110,7 @@ def train(args: argparse.Namespace) -> int:
     import faulthandler
 
     # a native crash (SIGSEGV in a kernel library) prints every thread's stack on the process's real stderr
-    faulthandler.enable(file=sys.__stderr__, all_threads=True)
+    faulthandler.enable(file=crash_stream(), all_threads=True)
     out = writable_folder(args.output_dir)
     summary = str(writable_file(args.summary_json)) if args.summary_json else None
     from ..target import shims

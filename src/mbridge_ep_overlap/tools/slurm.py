@@ -180,8 +180,8 @@ def _emit(args: argparse.Namespace) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(script)
     if shutil.which("sbatch") is None:
-        print(f"launch_slurm.py: error: sbatch not found on PATH; job script written to {path}", file=sys.stderr)
-        return 2
+        raise UsageError("sbatch", None, f"sbatch on PATH (a Slurm login node); the job script is written to {path}",
+                         "missing")
     return subprocess.run(["sbatch", str(path)]).returncode
 
 

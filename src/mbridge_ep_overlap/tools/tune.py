@@ -54,7 +54,8 @@ from typing import Any, Callable
 from ..core.errors import UsageError
 from . import bench, results
 from .exits import release_stderr
-from .bench import Variant, VariantResult
+from .bench import Variant
+from .results import VariantResult
 from .numerics import compare_losses
 
 # ---- Megatron-Core's per-process-group NCCL options ---------------------------------------------

@@ -3,7 +3,8 @@ MCore require of them, and what only shows up on the GPU node (a missing package
 without NVSHMEM, HybridEP's run-time compiler and topology variables). The facts themselves live
 in ``core.dispatcher``; these rules only read them. A flex backend fails the same way with overlap
 off, so the rules that are not about the overlapped path apply whenever the flex dispatcher is set
-(``When.FLEX``); the ncclep overlap-path rules apply with overlap on only."""
+(``When.FLEX``), and a dispatcher that failed this node's smoke check is refused whatever the
+overlap setting; the ncclep overlap-path rules apply with overlap on only."""
 
 from __future__ import annotations
 
@@ -159,7 +160,7 @@ def ncclep_static_shape_fused_gemm(f: Facts) -> bool:
 
 
 
-@family("dispatcher-healthy", When.OVERLAP, "model.moe_token_dispatcher_type",
+@family("dispatcher-healthy", When.ALWAYS, "model.moe_token_dispatcher_type",
         required="a dispatcher whose buffer and round trip passed this node's smoke check",
         needs=lambda f: dispatcher.health(f.dispatcher_name, f.env, _plan_env(f)) is not None,
         current=lambda f: f"{f.dispatcher_name}: {dispatcher.health(f.dispatcher_name, f.env, _plan_env(f))}")

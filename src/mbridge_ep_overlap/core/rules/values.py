@@ -234,14 +234,14 @@ def vocab_size(f: Facts) -> bool:
 
 
 @family("moe-capacity-factor", When.ALWAYS, "model.moe_expert_capacity_factor",
-        required="None (dropless) or a finite number > 0 and at most 2**63 - 1", sanity=True)
+        required="None or a negative number (dropless), or a finite number > 0 and at most 2**63 - 1", sanity=True)
 def moe_capacity_factor(f: Facts) -> bool:
-    """the expert capacity factor is neither None nor a positive number: MCore 0.19.2 silently turns a
-    negative factor into None, dropless (transformer_config.py:1660-1662; MB 0.6.2's apply_moe_token_drop
-    likewise, training/utils/moe_token_drop.py:53) - not a capacity; at 0 every token is dropped
-    (transformer/moe/moe_utils.py:256 gives a capacity of 0); inf, nan and a factor so large that
-    tokens x top-k / experts x factor overflows (above 2**63 - 1 it can) fail in that math.ceil at the
-    first step.
+    """the expert capacity factor cannot work: at 0 every token is dropped (MCore 0.19.2 accepts it;
+    transformer/moe/moe_utils.py:256 gives a capacity of 0), and inf, nan, a non-number or a factor so
+    large that tokens x top-k / experts x factor overflows (above 2**63 - 1 it can) fail in that
+    math.ceil at the first step. A negative factor is upstream's own spelling of dropless (MCore
+    turns it into None, transformer_config.py:1660-1662; MB 0.6.2's apply_moe_token_drop likewise,
+    training/utils/moe_token_drop.py:53) and is accepted.
 
     Fix: set model.moe_expert_capacity_factor to a positive factor such as 1.0, or None for dropless
     MoE.
@@ -249,9 +249,9 @@ def moe_capacity_factor(f: Facts) -> bool:
     value = f.model("moe_expert_capacity_factor")
     if value is None:
         return True
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:  # nan
         return False
-    return 0 < value <= INT64_MAX  # false for nan; int/float comparison is exact and never overflows
+    return -INT64_MAX <= value < 0 or 0 < value <= INT64_MAX  # int/float comparison is exact and never overflows
 
 
 @family("recompute-modules-type", When.ALWAYS, "model.recompute_modules", required="None or a list of module names",
