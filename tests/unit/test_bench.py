@@ -376,3 +376,35 @@ def test_bench_out_that_cannot_be_a_folder(kind, tmp_path, monkeypatch, capsys):
     code = main(["bench", "--report", str(REPO / "docs/evidence/bench-2xh200-stop10"), "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and why in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("row", [
+    {"variant": "off", "link": "nvlink", "ok": True, "median_s": 10**400},
+    {"variant": "off", "link": "nvlink", "ok": True, "step_times": [10**400]},
+    {"variant": "off", "link": "nvlink", "ok": True, "losses": {"1" * 5001: 1.0}},
+    {"variant": "off", "link": "nvlink", "ok": True, "losses": {"1": 10**400}},
+    {"variant": "off", "link": "nvlink", "ok": True, "overlap_efficiency": {"phases": {"inside": {"idle": 10**400}}}},
+], ids=["median-huge", "step-huge", "iteration-5001-digits", "loss-huge", "phase-huge"])
+def test_report_of_huge_numbers_is_one_line(row, tmp_path, capsys):
+    """Integers beyond int64 (Python's json reads them exactly) are refused by name, never an
+    OverflowError or the 4300-digit text limit."""
+    from mbridge_ep_overlap.tools import cli
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.json").write_text("[" + _json_row(row) + "]")
+    code = cli.main(["bench", "--report", str(run), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "results.json" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def _json_row(row) -> str:
+    import json
+    import sys
+
+    sys.set_int_max_str_digits(0)  # json.dumps of a 401-digit int needs no limit; 5001-digit keys are str
+    try:
+        return json.dumps(row)
+    finally:
+        sys.set_int_max_str_digits(4300)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import UsageError
+from ..core.sizes import INT64_MAX, shown
 
 
 @dataclass
@@ -63,7 +64,10 @@ def _number(x) -> bool:
 
 
 def _finite(x) -> bool:
-    return _number(x) and math.isfinite(x)
+    """A float that is finite, or an int within int64 (a larger one overflows the report's float math)."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return abs(x) <= INT64_MAX
+    return isinstance(x, float) and math.isfinite(x)
 
 
 def _optional(check):
@@ -79,7 +83,10 @@ def _non_negative(x) -> bool:
 
 
 def _losses(x) -> bool:
-    return isinstance(x, dict) and all(re.fullmatch(r"-?\d+", str(k)) and (v is None or _number(v)) for k, v in x.items())
+    # keys: iteration numbers as JSON writes them; a NaN or inf loss is a measurement (the parity says so)
+    return isinstance(x, dict) and all(
+        re.fullmatch(r"-?[0-9]{1,18}", str(k) if not isinstance(k, int) else shown(k))
+        and (v is None or isinstance(v, float) or (_number(v) and abs(v) <= INT64_MAX)) for k, v in x.items())
 
 
 def _text(x) -> bool:
@@ -135,7 +142,13 @@ class RowError(ValueError):
 
 
 def _short(value) -> str:
-    text = repr(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = shown(value)  # an int of thousands of digits cannot even be turned into text
+    else:
+        try:
+            text = repr(value)
+        except ValueError:  # a container holding such an int
+            text = f"a {type(value).__name__}"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
