@@ -134,3 +134,9 @@ def test_closed_stderr_is_no_traceback():
                             stderr=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, timeout=60,
                             preexec_fn=lambda: os.close(2))
     assert result.returncode == 2
+
+
+def test_an_interrupt_is_130_in_one_line(capfd):
+    assert exits.run_reporting_errors("prog", noisy(lambda: _raise(KeyboardInterrupt())), hold_stderr=True) == 130
+    err = capfd.readouterr().err
+    assert err.strip() == "prog: interrupted"

@@ -2,7 +2,8 @@
 
 Contract: 0 ok; 1 refused (``EPOverlapError``: every violation printed, or ``UpstreamRefusal``);
 2 bad usage, in one line on stderr (``UsageError``, argparse errors via
-``OneLineArgumentParser``, an unreadable or unwritable path). Never a traceback for any of these.
+``OneLineArgumentParser``, an unreadable or unwritable path); 130 interrupted (one line). Never a
+traceback for any of these.
 ``stdout_to_stderr()`` keeps a command's stdout for its own output (JSON, a job script) while
 Megatron logs to stdout. ``run_reporting_errors(..., hold_stderr=True)`` holds what the libraries
 write to stderr while a command prepares (importing Megatron alone prints ~25 warning lines on a
@@ -66,6 +67,10 @@ def run_reporting_errors(prog: str, action: Callable[[], int], hold_stderr: bool
         where = f" {e.filename!r}" if e.filename else ""
         print(f"{prog}: error: cannot use{where}: {e.strerror or e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C (or a recipe raising it): the conventional 130, no traceback
+        _end(hold, replay=False)
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
     except BaseException:
         _end(hold, replay=True)
         raise
