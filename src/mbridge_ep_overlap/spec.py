@@ -180,7 +180,9 @@ class Recipe:
             module = importlib.import_module(module_name)
         except ImportError as e:
             raise UsageError("recipe module", module_name, f"an importable module ({type(e).__name__}: {e})") from None
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - the module's own code failed while importing
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - the module's own code failed while importing
             raise UsageError("recipe module", module_name,
                              f"a module that imports cleanly; importing it raised {_first_line(e)}", "failing") from None
         fn = getattr(module, attr, None)
@@ -206,7 +208,9 @@ class Recipe:
                 cfg = fn()
             except UsageError:
                 raise
-            except (Exception, SystemExit) as e:  # noqa: BLE001 - the recipe cannot be built here (a missing file, a bad value, sys.exit)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # noqa: BLE001 - the recipe cannot be built here (a missing file, a bad value, sys.exit)
                 raise UsageError("recipe function", self.entry.function,
                                  f"a recipe that builds here; it raised {_first_line(e)}", "failing") from None
         if not isinstance(cfg, ConfigContainer):

@@ -6,6 +6,7 @@ that injected text never runs."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import stat
 import subprocess
@@ -396,3 +397,22 @@ def test_a_recipe_value_enable_must_read_first_is_refused_by_its_rule(line, rule
     code, out, err = call(cli.main, ["plan", "--recipe", f"{name}:k", "--gpu", "h200",
                                      "--num-gpus", "2", "--dispatcher", "hybridep", "--deep-ep", "1.2.1"], capsys)
     assert code == 1 and rule in out + err, out[-2000:] + err[-2000:]
+
+
+@pytest.mark.parametrize("elapsed", ["0.0", "1.2.3"])
+def test_verify_log_with_a_zero_or_malformed_elapsed_time_gives_a_verdict(elapsed, tmp_path, capsys):
+    lines = (FIXTURES / "baseline_off.log").read_text().splitlines()
+    bad = [re.sub(r"elapsed time per iteration \(ms\): [^\s|]+", f"elapsed time per iteration (ms): {elapsed}", x)
+           for x in lines]
+    cand = tmp_path / "cand.log"
+    cand.write_text("\n".join(bad) + "\n")
+    code, out, _ = call(cli.main, ["verify-log", str(FIXTURES / "baseline_off.log"), str(cand)], capsys)
+    assert code in (0, 1) and "speedup" in out
+
+
+def test_a_recipe_raising_any_base_exception_is_bad_usage(tmp_path, monkeypatch, capsys):
+    (tmp_path / "ep_overlap_probe_genexit.py").write_text("def f():\n    raise GeneratorExit('odd')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, _, err = call(cli.main, ["plan", "--recipe", "ep_overlap_probe_genexit:f", "--gpu", "h200", "--num-gpus", "2"],
+                        capsys)
+    assert code == 2 and "GeneratorExit" in err and len(err.strip().splitlines()) == 1

@@ -140,3 +140,20 @@ def test_an_interrupt_is_130_in_one_line(capfd):
     assert exits.run_reporting_errors("prog", noisy(lambda: _raise(KeyboardInterrupt())), hold_stderr=True) == 130
     err = capfd.readouterr().err
     assert err.strip() == "prog: interrupted"
+
+
+def test_unwritable_stderr_keeps_the_exit_code():
+    """`2>/dev/full`: the one line cannot be written, the code is still 2 (not 1, a refusal)."""
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "mbridge_ep_overlap", "verify-log", "/no/such.log"],
+                                stderr=full, stdout=subprocess.DEVNULL, timeout=60)
+    assert result.returncode == 2
+
+
+def test_a_closed_stdout_pipe_is_141_not_bad_usage(monkeypatch):
+    silenced = []
+    monkeypatch.setattr(exits, "_silence_stdout", lambda: silenced.append(True))  # keep this test's stdout
+
+    def action():
+        raise BrokenPipeError(32, "Broken pipe")
+    assert exits.run_reporting_errors("prog", action) == 141 and silenced

@@ -35,4 +35,6 @@ def short(value: Any, width: int = 40) -> str:
 def env_value(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
+    if isinstance(value, int) and abs(value).bit_length() > 64:  # no variable takes it; str() may refuse
+        return f"<a {abs(value).bit_length()}-bit integer>"
     return str(value)

@@ -56,26 +56,41 @@ def run_reporting_errors(prog: str, action: Callable[[], int], hold_stderr: bool
         code = action()
     except UsageError as e:
         _end(hold, replay=False)
-        print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
+        return _say(f"{prog}: error: {' '.join(str(e).split())}", 2)
     except (EPOverlapError, UpstreamRefusal) as e:
         _end(hold, replay=True)
-        print(f"{prog}: {e}", file=sys.stderr)
-        return 1
+        return _say(f"{prog}: {e}", 1)
+    except BrokenPipeError:  # the reader of stdout went away (`| head`): the conventional SIGPIPE code
+        _end(hold, replay=False)
+        _silence_stdout()
+        return 141
     except OSError as e:  # a path given on the command line
         _end(hold, replay=False)
         where = f" {e.filename!r}" if e.filename else ""
-        print(f"{prog}: error: cannot use{where}: {e.strerror or e}", file=sys.stderr)
-        return 2
+        return _say(f"{prog}: error: cannot use{where}: {e.strerror or e}", 2)
     except KeyboardInterrupt:  # Ctrl-C (or a recipe raising it): the conventional 130, no traceback
         _end(hold, replay=False)
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+        return _say(f"{prog}: interrupted", 130)
     except BaseException:
         _end(hold, replay=True)
         raise
     _end(hold, replay=code != 2)  # an action's own exit 2 has printed its one line
     return code
+
+
+def _say(line: str, code: int) -> int:
+    """Print the answer's line on stderr and return ``code`` - the same code when stderr cannot be
+    written (``2>/dev/full``): a script must not read bad usage as a refusal."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        print(line, file=sys.stderr, flush=True)
+    return code
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, the interpreter's final flush of stdout must not fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 class _Hold:

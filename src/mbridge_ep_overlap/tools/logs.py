@@ -37,8 +37,8 @@ from .numerics import compare_losses
 _PREFIX = re.compile(r"^\[[a-z]*\d+\]:\s?")
 _FIELD = re.compile(r"^\s+(\w+): (.+?)\s+\(Mcore default: .*\)\s*$")
 _ITER = re.compile(
-    r"iteration\s+(\d+)/\s*\d+ \|.*?elapsed time per iteration \(ms\): ([\d.]+) \|.*?"
-    r"lm loss: ([^\s|]+) \|.*?number of skipped iterations:\s+(\d+) \| number of nan iterations:\s+(\d+)"
+    r"iteration\s+([0-9]{1,18})/\s*[0-9]+ \|.*?elapsed time per iteration \(ms\): ([^\s|]+) \|.*?"
+    r"lm loss: ([^\s|]+) \|.*?number of skipped iterations:\s+([0-9]{1,18}) \| number of nan iterations:\s+([0-9]{1,18})"
 )
 FALLBACK = re.compile(r"Falling back to alltoall")
 SLOW_CONNECTIONS = re.compile(r"cuda-device-max-connections|CUDA_DEVICE_MAX_CONNECTIONS=1\b")
@@ -118,7 +118,7 @@ def _read_into(report: LogReport, text: str) -> None:
             report.fields.setdefault(m.group(1), m.group(2))
         if (m := _ITER.search(line)) and int(m.group(1)) not in report.iterations:
             report.iterations[int(m.group(1))] = {
-                "ms": float(m.group(2)), "loss": _number(m.group(3)), "text": m.group(3),
+                "ms": _number(m.group(2)), "loss": _number(m.group(3)), "text": m.group(3),
                 "skipped": int(m.group(4)), "nan": int(m.group(5)),
             }
         if FALLBACK.search(line) and line.strip() not in report.fallbacks:
@@ -189,8 +189,10 @@ def verify(paths: list[str], warmup: int = 2) -> tuple[int, list[str]]:
                        + " and ".join(r.path for r in reports if not r.iterations) + ")")
             return code | 1, out
         a, b = ref.steady_ms(warmup), cand.steady_ms(warmup)
-        speed = (f"speedup {statistics.median(a) / statistics.median(b):.3f}x over the steady window" if a and b
-                 else "no steady window for a speedup")
+        ok_times = a and b and all(math.isfinite(t) and t > 0 for t in (*a, *b))
+        speed = (f"speedup {statistics.median(a) / statistics.median(b):.3f}x over the steady window" if ok_times
+                 else "no steady window for a speedup" if not (a and b)
+                 else "no speedup: an elapsed time in the steady window is zero or not a number")
         parity = compare_losses(ref.losses(), cand.losses())
         verdict = (f"losses match (max rel diff {parity.max_rel_diff:.1e})" if parity.ok
                    else "losses DIFFER: " + "; ".join(parity.problems[:3]))
