@@ -17,7 +17,6 @@ the plan (None with overlap off), the report and the target; ``finalize(built)``
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -151,11 +150,13 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
         )
         # The values judged are the ones the run gets (an override may mend a recipe's value): the
         # table runs after the overrides. A malformed value that configuring had to read first is
-        # judged the same way, on a copy of the recipe's config with the overrides applied.
-        pristine = copy.deepcopy(cfg)
+        # judged the same way, on the recipe's config built afresh with the overrides applied (only
+        # on this failure path: configuring has already edited ``cfg``).
         try:
             session = Session(cfg, options, target, forward_step_func).configure()
         except UNREADABLE:
+            pristine = recipe.config(spec.hf_config_dir)
+            apply_sizes(pristine, spec)
             add_missing_sections(pristine)
             apply_overrides(pristine, spec.overrides)
             refuse_malformed(pristine, target, forward_step_func, "build")
@@ -179,7 +180,8 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
             if not dispatcher.apply(cfg.model, spec.dispatcher, target):  # MB's silent allow-list fallback
                 fell_back = mb_fallback(spec.dispatcher, target)
             elif spec.dispatcher == "hybridep":
-                cfg.env_vars = cfg.env_vars if cfg.env_vars is not None else {}
+                if cfg.env_vars is None:
+                    cfg.env_vars = {}
                 for name, (value, _) in hybridep_environment(cfg, target).items():
                     cfg.env_vars.setdefault(name, value)
         apply_overrides(cfg, spec.overrides)
