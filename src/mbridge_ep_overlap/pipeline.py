@@ -3,11 +3,12 @@
 Contract
 --------
 ``build`` resolves the recipe and the target, builds the recipe's config offline (for a
-described target inside ``target.simulate``: the recipe sees the cluster's GPUs and TE), applies the
-spec's sizes, configures EP overlap (``core.enable.Session``: the recipe's own choices kept where
-the spec makes none) or really turns it off, applies the Hydra-style overrides, and evaluates the
-rule table **once** on the result (``resolve="auto"`` re-evaluates after each documented fix). A
-refusal raises ``EPOverlapError`` listing every violation; a bad spec raises ``UsageError``. The
+described target inside ``target.simulate``: the recipe sees the cluster's GPUs and TE, and a flex
+backend it asks MB's ``apply_flex_dispatcher_backend`` for is recorded, so MB's silent fallback from
+it is refused), applies the spec's sizes, configures EP overlap (``core.enable.Session``: the
+recipe's own choices kept where the spec makes none) or really turns it off, applies the
+Hydra-style overrides, and evaluates the rule table **once** on the result (``resolve="auto"``
+re-evaluates after each documented fix). A refusal raises ``EPOverlapError`` listing every violation; a bad spec raises ``UsageError``. The
 returned ``Built`` carries the config (finalize-time enforcement installed when overlap is on),
 the plan (None with overlap off), the report and the target; ``finalize(built)`` runs MB's real
 ``runtime_config_update`` for the target reusing that report. ``scripts/run_script.py``, ``plan``,
@@ -132,7 +133,7 @@ def build(spec: RunSpec, *, target: ClusterEnvironment | None = None,
 def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_step_func: Callable | None) -> Built:
     from .core import dispatcher, enforcement
     from .core.enable import (Options, Session, add_missing_sections, disable_ep_overlap, hybridep_environment,
-                              mb_fallback, refuse_malformed)
+                              mb_fallback, refuse_malformed, settle_recipe_fallback)
     from .core.engine import UNREADABLE, evaluate
     from .core.forward_step import forward_step
 
@@ -173,6 +174,8 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
         if spec.dispatcher and not getattr(cfg.model, "num_moe_experts", None):
             raise UsageError("--dispatcher", spec.dispatcher, f"a MoE model (recipe {recipe.name} has no experts: "
                              "num_moe_experts is unset)", "invalid")
+        # the recipe's own flex request MB fell back from: replaced by --dispatcher, accepted by resolve='auto'
+        recipe_fell_back = settle_recipe_fallback(cfg, spec.dispatcher, spec.resolve, target)
         if spec.dispatcher == "alltoall":
             for name, value in dispatcher.ALLTOALL_FIELDS.items():
                 setattr(cfg.model, name, value)
@@ -186,6 +189,8 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
                     cfg.env_vars.setdefault(name, value)
         apply_overrides(cfg, spec.overrides)
         report = evaluate(cfg, target, forward_step_func)
+        if recipe_fell_back is not None:
+            report.violations.insert(0, recipe_fell_back)
         if fell_back is not None:
             if spec.resolve == "error":
                 raise EPOverlapError([fell_back, *report.violations], "build", overlap=False)

@@ -13,7 +13,9 @@ Contract
   group ``mbridge_ep_overlap.recipes``: this project's ``recipes/`` package, or a user's) or
   ``MODULE:FUNCTION`` naming any zero-argument function returning a Megatron-Bridge
   ``ConfigContainer`` (MB's recipes, NVIDIA's ``perf_recipes``, a user's own module).
-  ``resolve_recipe`` finds it without importing Megatron; ``Recipe.config()`` builds it offline.
+  ``resolve_recipe`` finds it without importing Megatron (a malformed ``MODULE:FUNCTION`` is refused
+  by ``validated()`` first, in a fraction of a second); ``Recipe.config()`` builds it offline,
+  recording its own calls of MB's ``apply_flex_dispatcher_backend`` (``core.dispatcher``).
 
 Nothing here imports torch or Megatron at module level.
 """
@@ -29,9 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .core.dispatcher import DISPATCHERS, validate_name
-from .core.errors import UsageError
+from .core.errors import UsageError, require_optional_bool
 from .core.sizes import positive_int
 from .target.gpus import GPU_CATALOG
+from .target.stack import is_version
 
 RESOLVE_MODES = ("error", "auto")
 RECIPE_ENTRY_POINTS = "mbridge_ep_overlap.recipes"
@@ -62,20 +65,10 @@ class TargetSpec:
             raise UsageError("number of GPUs", self.num_gpus, "an integer >= 1", "invalid")
         for name in ("te", "deep_ep"):
             value = getattr(self, name)
-            if value is not None and not (isinstance(value, str) and (value == "none" or _is_version(value))):
-                raise UsageError(f"{name} version", value, "a version such as 2.10.0, or 'none'", "invalid")
+            if value is not None and not (isinstance(value, str) and (value == "none" or is_version(value))):
+                raise UsageError(f"{name} version", value, "a version such as 2.10.0 (PEP 440, no blanks), or 'none'",
+                                 "invalid")
         return self
-
-
-def _is_version(text: str) -> bool:
-    """A PEP 440 version such as 2.18.0 or 2.18.0+15288857 (what the version gates compare)."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        Version(text)
-    except InvalidVersion:
-        return False
-    return text[:1].isdigit()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +105,8 @@ class RunSpec:
     def validated(self) -> "RunSpec":
         if not isinstance(self.recipe, str) or not self.recipe:
             raise UsageError("recipe", self.recipe, "a registered recipe name or MODULE:FUNCTION")
+        if ":" in self.recipe:
+            check_function_path(self.recipe)  # before anything imports Megatron (seconds)
         if not isinstance(self.target, TargetSpec):
             raise UsageError("target", self.target, "a TargetSpec (gpu=..., num_gpus=..., te=..., deep_ep=...)", "invalid")
         if isinstance(self.overrides, str) or not isinstance(self.overrides, (tuple, list)):
@@ -126,8 +121,7 @@ class RunSpec:
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(name, getattr(self, name), (True, False), "invalid")
         for name in ("delay_wgrad", "high_priority_a2a"):
-            if getattr(self, name) not in (None, True, False):
-                raise UsageError(name, getattr(self, name), (True, False, None), "invalid")
+            require_optional_bool(name, getattr(self, name))
         if not self.ep_overlap:
             if self.dispatcher == "auto":  # auto ranks dispatchers for the overlapped schedule
                 raise UsageError("dispatcher", "auto", "a named dispatcher (alltoall, deepep, hybridep, ncclep) "
@@ -171,11 +165,8 @@ class Recipe:
     def function(self) -> Callable[[], Any]:
         from .target import shims
 
+        module_name, attr = check_function_path(self.entry.function)
         shims.install()  # recipe modules import Megatron-Bridge
-        module_name, _, attr = self.entry.function.partition(":")
-        if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module_name) or not re.fullmatch(r"[A-Za-z_]\w*", attr):
-            raise UsageError("recipe", self.entry.function, "a registered recipe name or MODULE:FUNCTION "
-                             "(an absolute dotted module path, a function name)", "malformed")
         try:
             module = importlib.import_module(module_name)
         except ImportError as e:
@@ -200,10 +191,11 @@ class Recipe:
         """The recipe's ``ConfigContainer``, built with the architecture files available offline."""
         from megatron.bridge.training.config import ConfigContainer
 
+        from .core.dispatcher import recording_recipe_requests
         from .target.offline import offline_architectures
 
         fn = self.function()
-        with offline_architectures(hf_config_dir):
+        with offline_architectures(hf_config_dir), recording_recipe_requests():  # MB's silent flex fallback, seen
             try:
                 cfg = fn()
             except UsageError:
@@ -223,6 +215,15 @@ class Recipe:
         except UsageError as e:
             raise UsageError("recipe function", self.entry.function, f"a well-formed config ({e})", "invalid") from None
         return cfg
+
+
+def check_function_path(text: str) -> tuple[str, str]:
+    """(module, function) of ``MODULE:FUNCTION``, or the usage error naming it - no import needed."""
+    module_name, _, attr = text.partition(":")
+    if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module_name) or not re.fullmatch(r"[A-Za-z_]\w*", attr):
+        raise UsageError("recipe", text, "a registered recipe name or MODULE:FUNCTION "
+                         "(an absolute dotted module path, a function name)", "malformed")
+    return module_name, attr
 
 
 def _first_line(error: BaseException) -> str:

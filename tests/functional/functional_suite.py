@@ -7,6 +7,10 @@ refused config. ``Suite`` launches the runs the selected tests use in the backgr
 ``EP_OVERLAP_PARALLEL_RUNS`` (default 3) at a time - a run is ~45 s of which ~40 s is CPU start-up and
 the proxy takes ~3 GiB per GPU, so runs overlap well on one node - each on its own rendezvous port
 with a hard timeout, and gates each flex run on the dispatcher smoke check (``tools.smoke``).
+
+``EP_OVERLAP_SHARE_GPU=1`` (``tools.shared_gpu``) runs every rank of a run on GPU 0, each as a node
+of its own, for correctness evidence on a machine with fewer GPUs than ranks: the runs that need a
+GPU per rank (DeepEP, HybridEP, the smoke check) are not launched then, and their tests skip saying so.
 """
 
 from __future__ import annotations
@@ -31,13 +35,28 @@ PARALLEL_RUNS = max(1, int(os.environ.get("EP_OVERLAP_PARALLEL_RUNS", "3")))
 SMOKE_MAX_AGE_S = float(os.environ.get("EP_OVERLAP_SMOKE_MAX_AGE", "3600"))
 
 
+def _shared() -> bool:
+    from mbridge_ep_overlap.tools import shared_gpu
+
+    return shared_gpu.enabled()
+
+
+SHARED = _shared()
+"""Every rank on GPU 0 (``EP_OVERLAP_SHARE_GPU=1``)."""
+SHARED_SKIP = ("EP_OVERLAP_SHARE_GPU=1 (ranks share one GPU): DeepEP, HybridEP and the dispatcher smoke "
+               "check need a GPU per rank")
+
+
 def gpu_count() -> int:
+    """The GPUs the suite can run its ranks on: the CUDA devices here, or any number (``NPROC``)
+    when the ranks share one GPU and there is one."""
     try:
         import torch
 
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception:
         return 0
+    return max(have, NPROC) if SHARED and have >= 1 else have
 
 
 _te_problem: list[str | None] = []
@@ -116,7 +135,7 @@ class Suite:
         self._smoke: concurrent.futures.Future | None = None
         self.smoke_source = ""
         wanted = sorted({n for n in names if n in self.defs}, key=lambda n: (self.defs[n].order, n))
-        if any(self.defs[n].flex for n in wanted) or "smoke" in names:
+        if (any(self.defs[n].flex for n in wanted) or "smoke" in names) and not SHARED:
             self._start_smoke()
         for name in wanted:
             self._submit(name)
@@ -169,12 +188,14 @@ class Suite:
     def _run(self, d: RunDef):
         if d.stack == "te" and te_problem():
             return NotRun(te_problem())
+        if d.flex and SHARED:
+            return NotRun(SHARED_SKIP)
         if d.flex:
             why = self.flex_gate(d.flex)
             if why:
                 return NotRun(why)
         return self.launch.launch(d.name, NPROC, d.args, timeout_s=d.timeout_s, env=dict(d.env),
-                                  log_root=self.log_root, script=d.script)
+                                  log_root=self.log_root, script=d.script, share_gpu=SHARED)
 
     def result(self, name: str, *, ok: bool = True):
         """The finished run ``name`` (launching it if no test declared it); skips the calling test

@@ -9,6 +9,8 @@ import json
 import re
 import os
 import stat
+import sys
+import textwrap
 import subprocess
 from pathlib import Path
 
@@ -159,14 +161,20 @@ REAL_PROCESS_CASES = [
     (["-m", "mbridge_ep_overlap", "plan", "--set", "model.nope=1"], "unknown override"),
     (["scripts/run_script.py", "--recipe", "qwen3_moe_proxy", "--dryrun", "--output-dir", "{tmp}/o", "model.nope=1"],
      "unknown override"),
+    (["scripts/run_script.py", "--recipe", "ep_overlap_no_such_module:f", "--dryrun", "--output-dir", "{tmp}/o"],
+     "unknown recipe module"),
+    (["scripts/launch_slurm.py", "--recipe", "qwen3_moe_proxy", "--nodes", "1", "--gpus-per-node", "2", "--dryrun",
+      "model.nope=1"], "unknown override"),
 ]
 
 
-@pytest.mark.parametrize("argv,needle", REAL_PROCESS_CASES, ids=["plan", "run_script"])
+@pytest.mark.parametrize("argv,needle", REAL_PROCESS_CASES,
+                         ids=["plan", "run_script", "run_script-module", "launch_slurm"])
 def test_bad_usage_is_one_line_in_a_real_process(argv, needle, tmp_path):
     """In a fresh interpreter importing Megatron prints ~25 warning lines on stderr (no TE, APEX or
-    CUDA here); an in-process test never sees them (they are shown once per process). Bad usage
-    found after that import must still be exactly one line."""
+    CUDA here) and megatron.training routes the root logger to stdout at INFO (MB's model modules
+    log there while they are imported); an in-process test never sees them (once per process). Bad
+    usage found after that import must still be exactly one line, and stdout empty."""
     import sys
 
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
@@ -174,6 +182,70 @@ def test_bad_usage_is_one_line_in_a_real_process(argv, needle, tmp_path):
     result = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.count("\n") == 1 and needle in result.stderr, result.stderr[-3000:]
+    assert result.stdout == "", result.stdout[-2000:]
+
+
+MALFORMED_RECIPES = [":", "a:", ":f", "a.:f", "a..b:f", "1mod:f", "mod:1f", "mod:f:g", "mod:f ", " mod:f", "mod-x:f"]
+
+
+def test_a_malformed_module_function_is_refused_before_megatron_is_imported(tmp_path):
+    """MODULE:FUNCTION is checked as text first: bad usage in well under a second, not after the ~12 s
+    Megatron import - for plan, run_script.py and launch_slurm.py alike."""
+    script = textwrap.dedent(f"""
+        import json, sys, time
+        from mbridge_ep_overlap.tools import cli, run, slurm
+        start, codes = time.perf_counter(), []
+        for bad in {MALFORMED_RECIPES!r}:
+            codes += [cli.main(["plan", "--recipe", bad]),
+                      run.main(["--recipe", bad, "--dryrun", "--output-dir", {str(tmp_path / "o")!r}]),
+                      slurm.main(["--recipe", bad, "--nodes", "1", "--dryrun"])]
+        print(json.dumps({{"codes": codes, "seconds": time.perf_counter() - start,
+                          "imported": [m for m in ("torch", "megatron") if m in sys.modules]}}))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    assert answer["codes"] == [2] * 3 * len(MALFORMED_RECIPES), result.stderr[-2000:]
+    assert answer["imported"] == [] and answer["seconds"] < 1.0, answer
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 3 * len(MALFORMED_RECIPES) and all("malformed recipe" in line for line in lines), lines
+
+
+SECTIONS = ["model", "train", "optimizer", "ddp", "dist", "scheduler"]
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_a_recipe_section_of_the_wrong_type_is_bad_usage(section, tmp_path, monkeypatch, capsys):
+    """cfg.train = None is the same usage error as cfg.model = None (exit 2, one line naming the
+    section), not a refusal of batch sizes nor MB's AttributeError; an override replacing the section
+    (``--set train=None``) is bad usage too."""
+    name = f"ep_overlap_probe_section_{section}"
+    (tmp_path / f"{name}.py").write_text(
+        "def k():\n    from mbridge_ep_overlap.spec import resolve_recipe\n"
+        f"    cfg = resolve_recipe('qwen3_moe_proxy').config()\n    cfg.{section} = None\n    return cfg\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for argv in (["--recipe", f"{name}:k"], ["--set", f"{section}=None"]):
+        code, out, err = call(cli.main, ["plan", "--gpu", "h200", "--num-gpus", "2", *argv], capsys)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and section in err, (argv, err)
+
+
+@pytest.mark.parametrize("flag,value", [("--te", "2.18 "), ("--te", " 2.18"), ("--te", "2.18\n"), ("--te", "2.18\t"),
+                                        ("--te", "v2.18"), ("--te", "2.18 .0"), ("--deep-ep", "1.2.1 "),
+                                        ("--deep-ep", "\u00a01.2.1")])
+def test_a_version_flag_is_strict_pep440_without_blanks(flag, value, capsys):
+    code, out, err = call(cli.main, ["plan", flag, value], capsys)
+    assert code == 2 and out == "" and flag in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("value,ok", [("2.18.0", True), ("2.18", True), ("2.18.0+15288857", True), ("2.18.0rc1", True),
+                                      ("2.18 ", False), ("\t2.18", False), ("v2.18", False), ("two", False)])
+def test_described_versions_are_checked_the_same_way(value, ok):
+    from mbridge_ep_overlap import UsageError, describe
+
+    if ok:
+        assert describe("h100", 2, te_version=value).te_version == value
+    else:
+        with pytest.raises(UsageError, match="te_version"):
+            describe("h100", 2, te_version=value)
 
 
 # ---- the Slurm script: quoted or refused, and proven by running it with stubs ---------------------

@@ -408,3 +408,282 @@ def _json_row(row) -> str:
         return json.dumps(row)
     finally:
         sys.set_int_max_str_digits(4300)
+
+
+# ---- bench --tuned: the tuned settings judged by the pipeline before anything is launched -----------
+def fake_node(te: str = "", **facts):
+    """A GPU node as the probe would describe it (fake hardware): 2x H100, TE as given, no DeepEP."""
+    from mbridge_ep_overlap.target.cluster import describe
+
+    return dataclasses.replace(describe("h100", 2, te_version=te, deep_ep_version=""), source="probed", **facts)
+
+
+def must_not_launch(*args, **kwargs):
+    pytest.fail(f"a torchrun job was launched ({args[:1]}) although its input was refused")
+
+
+def tuned_file(tmp_path: Path, **fields) -> Path:
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"ep_overlap": True, "dispatcher": "alltoall", "overrides": [], "env": {}, **fields}))
+    return path
+
+
+JUDGED_TUNED = [  # (tuned.json fields, exit code, what stderr must say; {path}: the tuned file)
+    ({"overrides": ["model.no_such_field=1"]}, 2,
+     ["unknown override (variant tuned, tuned file {path}) 'model.no_such_field=1'; allowed: an existing config field"]),
+    ({"overrides": ["model..x=1"]}, 2, ["malformed override (variant tuned, tuned file {path}) 'model..x=1'"]),
+    ({"overrides": ["=1"]}, 2, ["malformed override (variant tuned, tuned file {path}) '=1'"]),
+    ({"overrides": ["model=3"]}, 2, ["invalid override (variant tuned, tuned file {path}) 'model=3'; allowed: a field inside model"]),
+    ({"overrides": ["model.hidden_size=${oops}"]}, 2, ["invalid override (variant tuned, tuned file {path})"]),
+    ({"dispatcher": "fastest"}, 2, ["unknown dispatcher (variant tuned, tuned file {path}) 'fastest'"]),
+    ({"overrides": ["comm_overlap.delay_wgrad_compute=true"]}, 1,
+     ["EP overlap refused (bench jobs: tuned on nvlink, throttled, from tuned file {path})", "delay-wgrad-needs-te"]),
+    ({"overrides": ["model.moe_router_topk=0", "comm_overlap.delay_wgrad_compute=true"]}, 1,  # every violation
+     ["router-topk", "top-0 of 16 experts", "delay-wgrad-needs-te"]),
+    ({"overrides": ["model.moe_router_topk=abc"]}, 1, ["router-topk", "top-abc of 16 experts"]),
+    ({"ep_overlap": False, "overrides": ["model.moe_router_topk=0"]}, 1,
+     ["config refused (EP overlap off) (bench jobs: tuned on nvlink, throttled, from tuned file {path})", "router-topk"]),
+    ({"dispatcher": "hybridep", "env": {"CUDA_HOME": "/nonexistent"}}, 1,  # a variable the job is launched with
+     ["hybridep-jit-nvcc", "CUDA_HOME=/nonexistent"]),
+    ({"env": {"CUDA_DEVICE_MAX_CONNECTIONS": "abc"}, "overrides": ["model.moe_router_topk=0"]}, 1,
+     ["field env_vars.CUDA_DEVICE_MAX_CONNECTIONS = 'abc'", "router-topk"]),
+    ({"overrides": ["env_vars.CUDA_DEVICE_MAX_CONNECTIONS=abc"]}, 1, ["field env_vars.CUDA_DEVICE_MAX_CONNECTIONS = 'abc'"]),
+]
+
+
+@pytest.mark.parametrize("fields,code,needles", JUDGED_TUNED,
+                         ids=["unknown-key", "empty-segment", "no-key", "whole-section", "unresolvable", "dispatcher",
+                              "rule", "every-rule", "wrong-type-value", "overlap-off", "environment",
+                              "environment-and-override", "env-vars-override"])
+def test_tuned_settings_are_judged_before_anything_is_launched(fields, code, needles, tmp_path, monkeypatch, capsys):
+    """bench --tuned builds each job's spec as run_script.py will (pipeline.build, the rules `plan`
+    evaluates) on this machine with the job's variables: a setting MB cannot apply is bad usage in one
+    line naming the file (exit 2), one the rules refuse exit 1 with every violation - before the GPU
+    check, with no job started and no output folder."""
+    from mbridge_ep_overlap.tools import bench
+    from mbridge_ep_overlap.tools.cli import main
+
+    node = fake_node(deep_ep_version="1.2.1", hybrid_ep_available=True, deep_ep_nvshmem=True)
+    monkeypatch.setattr("mbridge_ep_overlap.target.probe.probe", lambda: node)
+    monkeypatch.setattr(bench, "launch", must_not_launch)
+    monkeypatch.setattr(bench, "cuda_device_count", lambda: 0)  # the settings are named, not the missing GPUs
+    path = tuned_file(tmp_path, **fields)
+    got = main(["bench", "--tuned", str(path), "--variants", "off,tuned", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert got == code and all(n.format(path=path) in err for n in needles), err
+    assert "GPU(s)" not in err and not (tmp_path / "o").exists()
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1, err
+
+
+def test_each_job_is_judged_with_its_own_variables_before_the_first_starts(tmp_path, monkeypatch):
+    """The target each job is judged on is this machine as the job sees it: the link's and the
+    variant's variables, the multicast-off ones launch adds, WORLD_SIZE; then the jobs run with the
+    same (string) values."""
+    from mbridge_ep_overlap import pipeline
+    from mbridge_ep_overlap.tools import bench
+    from mbridge_ep_overlap.tools.launch import MULTICAST_OFF, Run
+
+    events = []
+    real_build = pipeline.build
+
+    def build(spec, **kwargs):
+        events.append(("judged", spec.ep_overlap, kwargs["target"]))
+        return real_build(spec, **kwargs)
+
+    def fake_launch(name, nproc, args, timeout_s=420, env=None, log_root=None, **kwargs):
+        events.append(("launched", name, env))
+        s = summary([1, 1, 1, 1], [10.0, 9.0, 8.0, 7.0])
+        s["finalized"] = {"global_batch_size": 8, "seq_length": 4}
+        return Run(name, 0, False, 1.0, tmp_path, s)
+
+    monkeypatch.setattr(pipeline, "build", build)
+    monkeypatch.setattr("mbridge_ep_overlap.target.probe.probe", lambda: fake_node())
+    monkeypatch.setattr(bench, "launch", fake_launch)
+    monkeypatch.setattr(bench, "cuda_device_count", lambda: 2)
+    tuned = bench.load_tuned_variant(tuned_file(tmp_path, env={"CUDA_DEVICE_MAX_CONNECTIONS": 8}))
+    bench.run_bench("qwen3_moe_proxy", 2, ["tuned"], ["nvlink", "throttled"], tmp_path / "o", steps=4, profile=0,
+                    extra_variants={"tuned": tuned})
+    judged = [e for e in events if e[0] == "judged"]
+    assert [e[0] for e in events] == ["judged"] * 4 + ["launched"] * 4
+    assert [e[1] for e in judged] == [False, False, True, True]  # off, tuned; each on nvlink, throttled
+    for (_, _, target), link in zip(judged, ["nvlink", "throttled"] * 2):
+        assert target.world_size == 2 and target.env_vars["WORLD_SIZE"] == "2" and not target.described
+        assert MULTICAST_OFF.items() <= target.env_vars.items()
+        assert (target.env_vars.get("NCCL_P2P_DISABLE") == "1") == (link == "throttled")
+    assert judged[2][2].env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
+    assert [e[2]["CUDA_DEVICE_MAX_CONNECTIONS"] for e in events if e[0] == "launched" and "tuned" in e[1]] == ["8", "8"]
+
+
+def test_a_good_tuned_file_reaches_the_gpu_check(tmp_path, monkeypatch, capsys):
+    from mbridge_ep_overlap.tools import bench
+    from mbridge_ep_overlap.tools.cli import main
+
+    monkeypatch.setattr("mbridge_ep_overlap.target.probe.probe", lambda: fake_node())
+    monkeypatch.setattr(bench, "launch", must_not_launch)
+    monkeypatch.setattr(bench, "cuda_device_count", lambda: 0)
+    path = tuned_file(tmp_path, overrides=["model.high_priority_a2a_comm_stream=true"],
+                      env={"CUDA_DEVICE_MAX_CONNECTIONS": "8"})
+    code = main(["bench", "--tuned", str(path), "--variants", "off,tuned", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "too many GPUs for this machine" in err and len(err.strip().splitlines()) == 1, err
+
+
+# ---- bench --report grows linearly with the rows, its output unchanged ------------------------------
+def _baselines_as_before(results) -> list:
+    """The off row each row was compared with up to this change (quadratic: each row scanned every
+    earlier one): the reference ``bench.baselines`` must equal, row for row."""
+    from mbridge_ep_overlap.tools.bench import workload_key
+
+    chosen = []
+    for i, r in enumerate(results):
+        offs = [o for o in results[: i + 1] if o.variant == "off" and o.ok and workload_key(o) == workload_key(r)]
+        offs = offs or [o for o in results if o.variant == "off" and o.ok and workload_key(o) == workload_key(r)]
+        chosen.append(offs[-1] if r.ok and offs else None)
+    return chosen
+
+
+def same_rows(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def synthetic_rows(n: int, seed: int = 0) -> list[dict]:
+    """``n`` valid results.json rows (results.ROW_FIELDS) over 2 links, 4 workloads (one without
+    finalized fields, one whose global batch is a list), off rows before and after the rest, failed
+    rows and failed offs, with and without profiles."""
+    import random
+
+    rnd = random.Random(seed)
+    shapes = [{}, {"hidden_size": 2048, "moe_ffn_hidden_size": 1536, "moe_router_topk": 8, "num_moe_experts": 16,
+                   "micro_batch_size": 16, "seq_length": 512, "global_batch_size": 512}]
+    shapes += [{**shapes[1], "micro_batch_size": 8}, {**shapes[1], "global_batch_size": [512]}]
+    rows = []
+    for i in range(n):
+        variant = rnd.choice(["off", "off", "overlap", "overlap:hiprio", "tuned"])
+        row = {"variant": variant, "link": rnd.choice(["nvlink", "throttled"]), "ok": rnd.random() > 0.05,
+               "finalized": rnd.choice(shapes)}
+        if not row["ok"]:
+            rows.append({**row, "error": "failed: run 'x' exit code 1"})
+            continue
+        median = rnd.uniform(1, 5)
+        profile = {"iterations": 2, "a2a_s": rnd.choice([0.0, 4.0]), "compute_s": rnd.uniform(4, 6), "comm_s": 4.1,
+                   "hidden_s": 1.5, "exposed_s": 0.5, "hidden_fraction": 0.75, "ideal_step_s": rnd.uniform(1, 2),
+                   "measured_step_s": median + 0.05}
+        rows.append({**row, "step_times": [median] * 4, "median_s": median, "spread_s": [median, median],
+                     "tokens_per_s": 8192 / median, "peak_gib": rnd.uniform(30, 50),
+                     "losses": {str(k): 10 - k + (0.5 if rnd.random() < 0.2 and k == 3 else 0.0) for k in range(4)},
+                     "overlap_efficiency": profile if rnd.random() < 0.7 else None})
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_each_row_gets_the_off_row_the_quadratic_search_chose(seed):
+    from mbridge_ep_overlap.tools.bench import baselines
+    from mbridge_ep_overlap.tools.results import result_from_row
+
+    rows = [result_from_row(d) for d in synthetic_rows(150, seed)]
+    assert same_rows(baselines(rows), _baselines_as_before(rows))
+
+
+def test_the_evidence_gets_the_off_rows_it_got_before():
+    from mbridge_ep_overlap.tools.bench import baselines
+    from mbridge_ep_overlap.tools.results import load_results
+
+    merged = []
+    for path in sorted((REPO / "docs/evidence").glob("*/results.json")):
+        rows = load_results(path)
+        merged += rows
+        assert same_rows(baselines(rows), _baselines_as_before(rows)), path
+    assert same_rows(baselines(merged), _baselines_as_before(merged))
+
+
+SMALL_REPORT = """\
+### small
+
+| link | variant | median step s | spread s | speedup vs off | tokens/s | peak GiB | peak vs off | A2A hidden | exposed A2A s/step | idle s/step | compute +s/step vs off | ideal step s | share of possible gain (vs off's ideal) | losses | shape |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| nvlink | overlap | 3.000 | 3.000-3.000 | 1.300x | 33 | 12.5 | +0% | 75% | 0.250 | >=0.600 | - | 2.500 | 64% (-) | match | h2048 ffn3072 top8/16 mbs2 seq4096 |
+| nvlink | off | 4.000 | 4.000-4.000 | 1.000x | 25 | 12.5 | - | - | - | - | - | - | - | baseline | h2048 ffn3072 top8/16 mbs2 seq4096 |
+| nvlink | overlap:hiprio | 2.800 | 2.800-2.800 | 1.429x | 36 | 12.5 | +0% | 75% | 0.250 | >=0.600 | - | 2.500 | 80% (-) | MISMATCH: iteration 2: 8.0 vs 8.5 (rel diff 6.25e-02 > 7.81e-03) | h2048 ffn3072 top8/16 mbs2 seq4096 |
+| throttled | off | 5.000 | 5.000-5.000 | 1.000x | 20 | 12.5 | - | 75% | 0.250 | >=0.600 | - | 2.500 | - | baseline | h2048 ffn3072 top8/16 mbs2 seq4096 |
+| throttled | overlap | 3.500 | 3.500-3.500 | 1.429x | 29 | 12.5 | +0% | 75% | 0.250 | >=0.600 | +0.000 | 2.500 | 60% (60%) | match | h2048 ffn3072 top8/16 mbs1 seq4096 |
+| nvlink | off | 3.900 | 3.900-3.900 | 1.000x | 26 | 12.5 | - | - | - | - | - | - | - | baseline | h2048 ffn3072 top8/16 mbs2 seq4096 |
+| nvlink | tuned | 2.600 | 2.600-2.600 | 1.500x | 38 | 12.5 | +0% | 75% | 0.250 | >=0.600 | - | 2.500 | 93% (-) | match | h2048 ffn3072 top8/16 mbs2 seq4096 |
+| throttled | overlap | 3.500 | 3.500-3.500 | - | 29 | 12.5 | - | 75% | 0.250 | >=0.600 | - | 2.500 | - |  | h2048 ffn3072 top8/16 mbs2 seq4096 |
+| nvlink | deepep | - | - | - | - | - | - | - | - | - | - | - | - | failed: failed: run 'nvlink__deepep' exit code 1 | - |
+
+Best share of the possible gain: 93% (tuned, nvlink, h2048 ffn3072 top8/16 mbs2 seq4096, -)
+
+`>=`: idle from a profile recorded before `trace.analyze` measured it (a lower bound, short by at most the non-all-to-all collectives' time)."""
+
+
+def test_the_table_of_a_small_case_is_what_it_was(tmp_path):
+    """markdown of ``small_case`` as the quadratic original wrote it (byte for byte), also through
+    bench --report."""
+    from mbridge_ep_overlap.tools.bench import _write_json, report
+
+    rows = small_case()
+    compare_to_baseline(rows)
+    assert markdown(rows, "small") == SMALL_REPORT
+    _write_json(small_case(), tmp_path / "run")
+    report([tmp_path / "run"], tmp_path / "m", "small")
+    run = SMALL_REPORT.replace("seq4096, -)", f"seq4096, {tmp_path / 'run'})")  # the row's folder, filled in
+    assert (tmp_path / "m" / "benchmarks.md").read_text() == run + "\n"
+
+
+def test_a_report_of_20000_rows_takes_seconds(tmp_path, capsys):
+    """8,000 rows took 114 s (every row scanned every earlier one for its off row, and a plot with a
+    legend entry and a labelled bar per row, 530,000 pixels wide); now the work grows linearly."""
+    import time
+
+    from mbridge_ep_overlap.tools.bench import PLOT_MAX_ROWS
+    from mbridge_ep_overlap.tools.cli import main
+
+    (tmp_path / "big").mkdir()
+    rows = synthetic_rows(20_000)
+    (tmp_path / "big" / "results.json").write_text(json.dumps(rows))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "benchmarks.png").write_bytes(b"a plot of another run")
+    start = time.perf_counter()
+    code = main(["bench", "--report", str(tmp_path / "big"), "--out", str(tmp_path / "out")])
+    seconds = time.perf_counter() - start
+    out = capsys.readouterr().out
+    assert code == 0 and seconds < 20, seconds
+    table = (tmp_path / "out" / "benchmarks.md").read_text().splitlines()
+    assert sum(1 for line in table if line.startswith("| nvlink |") or line.startswith("| throttled |")) == 20_000
+    measured = sum(1 for d in rows if d["ok"])
+    assert f"benchmarks.png: not drawn ({measured} measured rows, more than the {PLOT_MAX_ROWS}" in out
+    assert not (tmp_path / "out" / "benchmarks.png").exists()  # no stale plot beside the new table
+
+
+def test_plot_limit(tmp_path):
+    from mbridge_ep_overlap.tools.bench import PLOT_MAX_ROWS, VariantResult, too_many_to_plot
+
+    rows = [VariantResult("off", "nvlink", ok=True, step_times=[1.0])] * PLOT_MAX_ROWS
+    failed = [VariantResult("off", "nvlink", ok=False, error="x")]
+    assert too_many_to_plot(rows + failed) == ""  # failed rows draw nothing
+    assert too_many_to_plot(rows + rows[:1]).startswith(f"{PLOT_MAX_ROWS + 1} measured rows")
+    assert not plot(rows + rows[:1], tmp_path / "p.png") and not (tmp_path / "p.png").exists()
+
+
+def small_case() -> list:
+    """Rows in the order a merged report meets them: a row before its off, two offs of one workload,
+    a loss mismatch, another global batch (no off), a failed row."""
+    from mbridge_ep_overlap.tools.bench import VariantResult
+
+    fin = {"hidden_size": 2048, "moe_ffn_hidden_size": 3072, "moe_router_topk": 8, "num_moe_experts": 16,
+           "micro_batch_size": 2, "seq_length": 4096, "global_batch_size": 64}
+    prof = {"steps": [5, 7], "overlap_efficiency": {"iterations": 2, "a2a_s": 2.0, "compute_s": 5.0, "comm_s": 2.1,
+                                                    "hidden_s": 1.5, "exposed_s": 0.5, "hidden_fraction": 0.75,
+                                                    "ideal_step_s": 2.5, "measured_step_s": 3.4}}
+
+    def row(variant, link, times, losses, profile=None, **finalized):
+        return summarize_run(variant, link, {**summary(times, losses, profile), "finalized": {**fin, **finalized}}, 1, 100)
+
+    same, other = [10.0, 9.0, 8.0], [10.0, 9.0, 8.5]
+    return [row("overlap", "nvlink", [4, 3, 3], same, prof), row("off", "nvlink", [4, 4, 4], same),
+            row("overlap:hiprio", "nvlink", [4, 2.8, 2.8], other, prof), row("off", "throttled", [5, 5, 5], same, prof),
+            row("overlap", "throttled", [5, 3.5, 3.5], same, prof, micro_batch_size=1),
+            row("off", "nvlink", [4, 3.9, 3.9], same), row("tuned", "nvlink", [4, 2.6, 2.6], same, prof),
+            row("overlap", "throttled", [5, 3.5, 3.5], same, prof, global_batch_size=128),
+            VariantResult("deepep", "nvlink", ok=False, error="failed: run 'nvlink__deepep' exit code 1")]

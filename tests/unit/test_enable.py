@@ -314,3 +314,36 @@ def test_valid_versions_pass(version):
     from mbridge_ep_overlap.spec import TargetSpec
 
     assert TargetSpec(te=version, deep_ep=version).validated()
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"delay_wgrad": 1}, "delay_wgrad"), ({"delay_wgrad": 0}, "delay_wgrad"), ({"delay_wgrad": "yes"}, "delay_wgrad"),
+    ({"high_priority_a2a": 1}, "high_priority_a2a"), ({"high_priority_a2a": 0.0}, "high_priority_a2a"),
+    ({"cuda_device_max_connections": 2**70}, "cuda_device_max_connections"),
+    ({"cuda_device_max_connections": 10**5000}, "cuda_device_max_connections"),
+    ({"cuda_device_max_connections": 33}, "cuda_device_max_connections"),
+    ({"cuda_device_max_connections": 0}, "cuda_device_max_connections"),
+    ({"cuda_device_max_connections": 8.0}, "cuda_device_max_connections"),
+    ({"cuda_device_max_connections": True}, "cuda_device_max_connections"),
+])
+def test_arguments_of_the_wrong_type_or_range_are_usage_errors(proxy_cfg, h100x2, kwargs, name):
+    """1 is not a bool (it compares equal to True), and CUDA takes 1 to 32 connections: UsageError naming
+    the argument, cfg untouched - as the other type checks of enable_ep_overlap."""
+    before = snapshot(proxy_cfg)
+    with pytest.raises(UsageError, match=name):
+        enable_ep_overlap(proxy_cfg, environment=h100x2, **kwargs)
+    assert snapshot(proxy_cfg) == before
+
+
+@pytest.mark.parametrize("kwargs", [{"delay_wgrad": False}, {"high_priority_a2a": True},
+                                    {"cuda_device_max_connections": 1}, {"cuda_device_max_connections": 32}])
+def test_arguments_of_the_right_type_and_range_are_accepted(proxy_cfg, h100x2, kwargs):
+    enable_ep_overlap(proxy_cfg, environment=h100x2, **kwargs)
+
+
+def test_run_spec_flags_are_bools_too():
+    from mbridge_ep_overlap import RunSpec
+
+    for name in ("delay_wgrad", "high_priority_a2a"):
+        with pytest.raises(UsageError, match=name):
+            RunSpec(recipe="qwen3_moe_proxy", **{name: 1}).validated()

@@ -157,3 +157,41 @@ def test_a_closed_stdout_pipe_is_141_not_bad_usage(monkeypatch):
     def action():
         raise BrokenPipeError(32, "Broken pipe")
     assert exits.run_reporting_errors("prog", action) == 141 and silenced
+
+
+@pytest.mark.parametrize("then,code,kept", [
+    (lambda: 0, 0, True),
+    (lambda: _raise(EPOverlapError([], "test")), 1, True),
+    (lambda: _raise(UsageError("flag", "x", "y")), 2, False),
+    (lambda: 2, 2, False),
+], ids=["ok", "refused", "usage", "own-exit-2"])
+def test_stdout_is_held_too_and_empty_on_bad_usage(then, code, kept, capfd):
+    """What a library logs to stdout while a command prepares (megatron.training's root handler does)
+    is held like stderr: gone on bad usage, written out unchanged on any other answer."""
+    def action():
+        os.write(1, b"library log line on fd 1\n")
+        return then()
+    assert exits.run_reporting_errors("prog", action, hold_stderr=True) == code
+    out = capfd.readouterr().out
+    assert ("library log line on fd 1" in out) == kept and (kept or out == ""), out
+    assert exits._Hold.current is None
+
+
+def test_a_closed_stdout_pipe_while_replaying_is_141(monkeypatch):
+    """The held stdout written out to a reader that went away: 141, as while printing, never a traceback."""
+    monkeypatch.setattr(exits, "_silence_stdout", lambda: None)
+
+    class Gone:
+        buffer = None
+
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+    def action():
+        os.write(1, b"held\n")
+        monkeypatch.setattr(sys, "stdout", Gone())
+        return 0
+    assert exits.run_reporting_errors("prog", action, hold_stderr=True) == 141

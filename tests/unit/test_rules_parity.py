@@ -126,6 +126,17 @@ def gemma4(cfg):
     provider(Gemma4ModelProvider)(cfg)
 
 
+def recipe_asked_for_deepep_on_gb200(cfg):
+    """What a recipe calling MB's apply_flex_dispatcher_backend itself does, built for GB200 (as every
+    recipe is built: inside the target's simulation, recorded): MB falls back to alltoall."""
+    from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
+
+    from mbridge_ep_overlap.core.dispatcher import recording_recipe_requests
+
+    with simulate(describe("gb200", BASE_WORLD)), recording_recipe_requests():
+        apply_flex_dispatcher_backend(cfg.model, "deepep")
+
+
 def packed_sequences(cfg):
     cfg.dataset.enable_in_batch_packing = True  # what MB's in-batch packing dataset configs set
 
@@ -163,6 +174,7 @@ CASES = [
          env=TE_KNOWN, te="2.12.0"),
     Case("flex-backend-set", flex(None)),
     Case("flex-backend-gpu", flex("deepep"), env={"gpu": "gb200"}),
+    Case("recipe-flex-fallback", recipe_asked_for_deepep_on_gb200, env={"gpu": "gb200"}),
     Case("flex-backend-importable", flex("deepep"), env={"deep_ep_version": ""}),
     Case("deepep-built-with-nvshmem", flex("deepep"), env={"deep_ep_version": "1.2.1", "deep_ep_nvshmem": False}),
     # On the GPU node (a probed environment) with CUDA_HOME pointing at no toolkit.
@@ -195,6 +207,8 @@ CASES = [
     Case("recompute-modules-type", m(recompute_granularity="selective", recompute_modules=5)),
     Case("mixed-precision-known", set_cfg(mixed_precision="nonsense")),
     Case("env-vars-type", set_cfg(env_vars=["CUDA_DEVICE_MAX_CONNECTIONS=32"])),
+    Case("env-var-values", set_cfg(env_vars={"NCCL_DEBUG": None})),
+    Case("cuda-device-max-connections-value", set_cfg(env_vars={"CUDA_DEVICE_MAX_CONNECTIONS": "abc"})),
     # MB's finalize accepts each of these; the comment names where upstream fails (or silently changes it) later
     Case("sizes-fit-int64", train(global_batch_size=2 * 10**400)),  # MB data/loaders.py:127 -> numpy index
     Case("tokens-per-step-fit-int64",  # 2**64 tokens per step; MCore datasets/gpt_dataset.py:690 counts them
@@ -290,6 +304,8 @@ def test_rule_matches_upstream(case: Case, proxy_cfg):
             assert cfg.model.overlap_moe_expert_parallel_comm is False, "upstream silently turned overlap off"
         if case.rule == "moe-capacity-factor":
             assert cfg.model.moe_expert_capacity_factor == 0, "upstream kept a capacity of 0 tokens per expert"
+        if case.rule == "recipe-flex-fallback":
+            assert cfg.model.moe_token_dispatcher_type == "alltoall", "upstream runs alltoall, not the recipe's deepep"
     else:
         with pytest.raises((AssertionError, ValueError, TypeError, ZeroDivisionError, AttributeError)) as excinfo:
             upstream_finalize(cfg, env, case)

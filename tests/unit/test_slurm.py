@@ -95,3 +95,52 @@ def test_without_sbatch_the_script_is_written_and_the_answer_is_one_line(tmp_pat
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "sbatch" in err, err
     assert list((tmp_path / "logs").glob("*.sbatch"))
+
+
+ENV_MODULE = "ep_overlap_probe_slurm_env"
+ENV_ROWS = [  # the line a recipe adds, the exit code of plan and launch_slurm alike, what names it
+    ("cfg.env_vars['NCCL_DEBUG'] = None", 1, "env-var-values"),
+    ("cfg.env_vars['NCCL_DEBUG'] = object()", 1, "env-var-values"),
+    ("cfg.env_vars['NCCL_DEBUG'] = ['INFO']", 1, "env-var-values"),
+    ("cfg.env_vars['NCCL_DEBUG'] = 2**70", 1, "env-var-values"),
+    ("cfg.env_vars[''] = '1'", 1, "env-vars-type"),
+    ("cfg.env_vars['CUDA_DEVICE_MAX_CONNECTIONS'] = 'abc'", 1, "cuda-device-max-connections-value"),
+    # no rule covers it; MB's finalize (MCore) refuses it in plan, so launch_slurm must too
+    ("cfg.model.moe_hybridep_num_sms = 16; cfg.model.moe_deepep_num_sms = 20", 1, "Conflicting deprecated SM-count"),
+    ("cfg.env_vars['NCCL_DEBUG'] = 'INFO'", 0, "export NCCL_DEBUG=INFO"),
+    ("cfg.env_vars['NCCL_DEBUG'] = 5", 0, "export NCCL_DEBUG=5"),
+]
+
+
+@pytest.fixture(scope="module")
+def env_recipes(tmp_path_factory):
+    import sys
+
+    folder = tmp_path_factory.mktemp("env_recipes")
+    body = ["from mbridge_ep_overlap.spec import resolve_recipe\n"]
+    for n, (line, _, _) in enumerate(ENV_ROWS):
+        body.append(f"def r{n}():\n    cfg = resolve_recipe('qwen3_moe_proxy').config()\n    {line}\n    return cfg\n")
+    (folder / f"{ENV_MODULE}.py").write_text("\n".join(body))
+    sys.path.insert(0, str(folder))
+    yield
+    sys.path.remove(str(folder))
+    sys.modules.pop(ENV_MODULE, None)
+
+
+@pytest.mark.parametrize("n", range(len(ENV_ROWS)), ids=[r[0][:48] for r in ENV_ROWS])
+def test_launch_slurm_refuses_exactly_what_plan_refuses(env_recipes, n, capsys):
+    """A value plan refuses is never rendered (no ``export NAME=None`` or object repr): exit 1 listing
+    the violation, like plan; what plan accepts is exported as the run gets it."""
+    from mbridge_ep_overlap.tools import cli
+
+    _, code, needle = ENV_ROWS[n]
+    recipe = f"{ENV_MODULE}:r{n}"
+    assert cli.main(["plan", "--recipe", recipe, "--gpu", "h200", "--num-gpus", "2", "--no-predict"]) == code
+    plan_out = capsys.readouterr().out
+    got, out, err = script(capsys, "--recipe", recipe, "--gpu", "h200", "--nodes", "1", "--gpus-per-node", "2")
+    assert got == code, out[-2000:] + err[-2000:]
+    if code:
+        assert out == "" and needle in err and needle in plan_out, err[-2000:]
+    else:
+        assert needle in out and "ACCEPTED" in plan_out
+    assert "=None" not in out and "object at 0x" not in out

@@ -112,7 +112,8 @@ def test_suite_launches_declared_runs_and_gates_flex_runs_on_the_smoke_verdict(m
     suite_module = _load("functional_suite")
     launched = []
 
-    def fake_launch(name, nproc, args, timeout_s, env, log_root, script):
+    def fake_launch(name, nproc, args, timeout_s, env, log_root, script, share_gpu=False):
+        assert share_gpu is False  # EP_OVERLAP_SHARE_GPU is not set here
         launched.append((name, script, env))
         return launch.Run(name, 0, False, 1.0, tmp_path / name, {"steps": []})
 
@@ -192,3 +193,40 @@ def test_library_file_names_the_real_file_of_a_function_loaded_by_bare_name():
     libm = ctypes.CDLL(ctypes.util.find_library("m"))
     path = library_file(libm.cos)
     assert path and os.path.isabs(path) and os.path.exists(path) and "libm" in os.path.basename(path)
+
+
+def test_suite_with_ranks_sharing_one_gpu_launches_shared_and_never_flex(monkeypatch, tmp_path):
+    """EP_OVERLAP_SHARE_GPU=1: every launch gets share_gpu=True, no smoke check starts, the flex
+    runs are not launched and skip saying why, and one GPU counts as enough for the suite."""
+    from mbridge_ep_overlap.tools import launch, smoke
+
+    suite_module = _load("functional_suite")
+    launched = []
+
+    def fake_launch(name, nproc, args, timeout_s, env, log_root, script, share_gpu=False):
+        launched.append((name, share_gpu))
+        return launch.Run(name, 0, False, 1.0, tmp_path / name, {"steps": []})
+
+    def no_smoke(**kw):
+        raise AssertionError("the smoke check must not run when ranks share one GPU")
+
+    monkeypatch.setattr(launch, "launch", fake_launch)
+    monkeypatch.setattr(smoke, "load", no_smoke)
+    monkeypatch.setattr(smoke, "run", no_smoke)
+    monkeypatch.setattr(suite_module, "SHARED", True)
+    s = suite_module.Suite(["local-off", "local-deepep", "local-hybridep", "smoke"], tmp_path)
+    try:
+        assert s.result("local-off").name == "local-off"
+        for backend in ("deepep", "hybridep"):
+            with pytest.raises(pytest.skip.Exception, match="ranks share one GPU"):
+                s.result(f"local-{backend}")
+    finally:
+        s.close()
+    assert launched == [("local-off", True)]
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert suite_module.gpu_count() == suite_module.NPROC
+    monkeypatch.setattr(suite_module, "SHARED", False)
+    assert suite_module.gpu_count() == 1

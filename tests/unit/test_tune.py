@@ -304,12 +304,98 @@ def test_apply_tuned_to_a_recipe_config(tmp_path, proxy_cfg, h100x2):
     assert proxy_cfg.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
 
 
-@pytest.mark.parametrize("content", ["{not json", "[]", '{"overrides": "a=b", "env": {}, "ep_overlap": true}',
-                                     '{"overrides": ["novalue"], "env": {}, "ep_overlap": true}'])
-def test_a_broken_tuned_file_is_a_usage_error(content, tmp_path):
-    (tmp_path / "tuned.json").write_text(content)
-    with pytest.raises(UsageError, match="tuned file"):
+def tuned_json(**fields) -> str:
+    return json.dumps({"ep_overlap": True, "dispatcher": "alltoall", "overrides": [], "env": {}, **fields})
+
+
+def must_not_launch(*args, **kwargs):
+    pytest.fail(f"a torchrun job was launched ({args[:1]}) although its input was refused")
+
+
+BROKEN_TUNED = [  # (tuned.json content - None: no file, a folder: "<folder>" -, what the one line must say)
+    (None, "unreadable tuned file", "FileNotFoundError"),
+    ("<folder>", "unreadable tuned file", "IsADirectoryError"),
+    (b"\xff\xfe{", "unreadable tuned file", "UnicodeDecodeError"),
+    ("{not json", "unreadable tuned file", "JSONDecodeError: Expecting property name"),
+    ("[" * 100_000 + "]" * 100_000, "unreadable tuned file", "RecursionError"),
+    ("[]", "invalid tuned file", "(a JSON object, not list)"),
+    (tuned_json(ep_overlap="yes"), "invalid tuned file", "ep_overlap = 'yes': true or false"),
+    (tuned_json(overrides="a=b"), "invalid tuned file", "overrides = 'a=b': a list of key=value strings"),
+    (tuned_json(overrides=["novalue", 3, "a=\0"]), "invalid tuned file",
+     "overrides[0] = 'novalue': a key=value string; overrides[1] = 3: a key=value string; overrides[2] = 'a=\\x00'"),
+    (tuned_json(env=["CUDA_DEVICE_MAX_CONNECTIONS=8"]), "invalid tuned file", "env = ['CUDA_DEVICE_MAX_CONNECTIONS=8']: a mapping"),
+    (tuned_json(env={"CUDA_DEVICE_MAX_CONNECTIONS": ["8"]}), "invalid tuned file",
+     "env 'CUDA_DEVICE_MAX_CONNECTIONS' = ['8']: a string or an integer"),
+    (tuned_json(env={"NCCL_P2P_DISABLE": True}), "invalid tuned file", "env 'NCCL_P2P_DISABLE' = True: a string or an integer"),
+    (tuned_json(env={"NCCL_MIN_NCHANNELS": 4.5}), "invalid tuned file", "env 'NCCL_MIN_NCHANNELS' = 4.5: a string"),
+    (tuned_json(env={"NCCL_ALGO": None}), "invalid tuned file", "env 'NCCL_ALGO' = None: a string"),
+    (tuned_json(env={"NCCL_ALGO": {"ring": 1}}), "invalid tuned file", "env 'NCCL_ALGO' = {'ring': 1}: a string"),
+    (tuned_json(env={"NCCL_BUFFSIZE": 2**70}), "invalid tuned file", "env 'NCCL_BUFFSIZE' = a 71-bit integer: a string"),
+    (tuned_json(env={"NCCL_ALGO": "Ring\0Tree"}), "invalid tuned file", "env 'NCCL_ALGO' = 'Ring\\x00Tree': a string"),
+    (tuned_json(env={"NCCL-ALGO": "Ring"}), "invalid tuned file", "env name 'NCCL-ALGO': letters, digits and _"),
+    (tuned_json(ep_overlap=1, env={"1X": 1}), "invalid tuned file",  # every problem, in one line
+     "ep_overlap = 1: true or false; env name '1X': letters, digits and _, not starting with a digit)"),
+]
+
+
+@pytest.mark.parametrize("content,problem,needle", BROKEN_TUNED, ids=[n[:40] for _, _, n in BROKEN_TUNED])
+def test_a_broken_tuned_file_is_usage_before_anything_is_launched(content, problem, needle, tmp_path, monkeypatch,
+                                                                  capsys):
+    """load_tuned names the file and every problem in one line; bench --tuned says it (exit 2) before
+    the GPU check, with no job started and no output folder."""
+    from mbridge_ep_overlap.tools.cli import main
+
+    path = tmp_path / "tuned.json"
+    if content == "<folder>":
+        path.mkdir()
+    elif content is not None:
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(UsageError) as refused:
+        tune.load_tuned(path)
+    assert str(refused.value).startswith(f"{problem} '{path}'") and needle in str(refused.value)
+    monkeypatch.setattr(bench, "launch", must_not_launch)
+    monkeypatch.setattr(bench, "cuda_device_count", lambda: 0)  # the file is named, not the missing GPUs
+    code = main(["bench", "--tuned", str(path), "--variants", "off,tuned", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and problem in err and needle in err, err
+    assert not (tmp_path / "o").exists()
+
+
+NCCL_FILES = [  # (the YAML a tuned override points at, what the one line must say)
+    ("ep:\n  max_ctas: many\n", "invalid NCCL communicator file '{path}': ep.max_ctas 'many'; allowed: an integer >= 0"),
+    ("ep:\n  max_ctas: 4\n  min_ctas: 8\n", "invalid NCCL communicator file '{path}': ep.min_ctas 8; allowed: <= max_ctas (4)"),
+    ("ep:\n  net_name: 7\n", "NCCL communicator file '{path}': ep.net_name 7; allowed: IB, socket"),
+    ("expt_dp:\n  max_ctas: 4\n", "NCCL communicator file '{path}': NCCL process-group name 'expt_dp'"),
+    ("- ep\n", "invalid NCCL communicator file '{path}': NCCL communicator config ['ep']"),
+    ("ep: [unclosed\n", "unreadable NCCL communicator file '{path}'"),
+]
+
+
+@pytest.mark.parametrize("text,needle", NCCL_FILES, ids=["wrong-type", "min-above-max", "net-name", "unknown-group",
+                                                       "not-a-mapping", "not-yaml"])
+def test_a_tuned_nccl_file_megatron_cannot_use_is_usage(text, needle, tmp_path, monkeypatch, capsys):
+    """MCore reads the file in every rank at initialisation (get_nccl_options): a value of the wrong
+    type would fail there, after start-up; it is named before anything is launched."""
+    from mbridge_ep_overlap.tools.cli import main
+
+    nccl = tmp_path / "nccl_communicator.yaml"
+    nccl.write_text(text)
+    (tmp_path / "tuned.json").write_text(tuned_json(overrides=[f"dist.nccl_communicator_config_path={nccl}"]))
+    with pytest.raises(UsageError, match="NCCL communicator file") as refused:
         tune.load_tuned(tmp_path / "tuned.json")
+    assert needle.format(path=nccl) in str(refused.value)
+    monkeypatch.setattr(bench, "launch", must_not_launch)
+    code = main(["bench", "--tuned", str(tmp_path / "tuned.json"), "--variants", "off,tuned", "--out",
+                 str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and needle.format(path=nccl) in err, err
+
+
+def test_tuned_environment_values_reach_the_launcher_as_strings(tmp_path):
+    (tmp_path / "tuned.json").write_text(tuned_json(env={"CUDA_DEVICE_MAX_CONNECTIONS": 8, "NCCL_ALGO": "Ring"}))
+    v = bench.load_tuned_variant(tmp_path / "tuned.json")
+    assert v.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "8", "NCCL_ALGO": "Ring"}
+    assert v.source == f"tuned file {tmp_path / 'tuned.json'}"
 
 
 def test_bench_tuned_variant_re_measures_the_winner(cluster, tmp_path):
@@ -422,3 +508,23 @@ def test_tune_out_that_cannot_be_a_folder(kind, cluster, tmp_path, capsys):
     why = "is a symbolic-link loop" if kind == "loop" else "exists and is not a folder"
     assert f"unusable --out '{out}'" in err and f"{out} {why}" in err
     assert cluster.calls == []
+
+
+@pytest.mark.parametrize("extra,code,needle", [
+    (["model.no_such_field=1"], 2, "unknown override 'model.no_such_field=1'; allowed: an existing config field"),
+    (["model.moe_router_topk=0"], 1, "EP overlap refused (bench jobs: off on throttled; overlap on throttled): 1 "
+                                     "violation(s)\n  - [error] router-topk"),
+], ids=["bad-override", "refused"])
+def test_tune_judges_its_baselines_before_the_first_job(extra, code, needle, h100x2, tmp_path, monkeypatch, capsys):
+    """Both baselines are built as their jobs will build them (bench.check_jobs) before the GPU
+    check: a refused config is exit 1 with every violation, not two failed baselines after minutes."""
+    import dataclasses
+
+    from mbridge_ep_overlap.tools.cli import main
+
+    monkeypatch.setattr("mbridge_ep_overlap.target.probe.probe", lambda: dataclasses.replace(h100x2, source="probed"))
+    monkeypatch.setattr(bench, "launch", must_not_launch)
+    monkeypatch.setattr(bench, "cuda_device_count", lambda: 0)
+    got = main(["bench", "--tune", "--budget", "60", "--out", str(tmp_path / "o"), "--", *extra])
+    err = capsys.readouterr().err
+    assert got == code and needle in err and "GPU(s)" not in err and not (tmp_path / "o").exists(), err

@@ -15,12 +15,21 @@ Contract
   the target, recording why. ``apply`` then calls MB's ``apply_flex_dispatcher_backend`` (with the
   target's hardware simulated when planning for another machine) and reports MB's own silent
   fallback, which ``enable`` refuses (``resolve="error"``) or records (``resolve="auto"``).
+* A recipe may call ``apply_flex_dispatcher_backend`` itself (MB's own recipes do).
+  ``recording_recipe_requests()`` - around every recipe build (``spec.Recipe.config``) - leaves a
+  ``RecipeRequest`` on the model config each such call was given: the backend asked for and
+  whether MB applied it or silently fell back to alltoall. ``recipe_fell_back`` is that fallback
+  while the config still holds it (rule ``recipe-flex-fallback`` refuses it); a request MB applied
+  makes the recipe's dispatcher "kept: the recipe's" (``decide``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from .errors import UsageError
 
@@ -175,10 +184,12 @@ def _availability_text(target) -> str:
 
 def decide(requested: str | None, model, target, resolve: str, keep_current: bool) -> Decision:
     """The dispatcher overlap will use. ``requested`` None keeps the config's own when
-    ``keep_current`` (the config already enables overlap) and it is one overlap can split."""
+    ``keep_current`` (the config already enables overlap) or the recipe asked MB's
+    ``apply_flex_dispatcher_backend`` for it, and it is one overlap can split."""
     ep = getattr(model, "expert_model_parallel_size", None) or 1
     if requested is None:
-        kept = current_dispatcher(model) if keep_current else None
+        asked = recipe_request(model)
+        kept = current_dispatcher(model) if keep_current or (asked is not None and asked.applied) else None
         decision = Decision(kept, "kept: the recipe's") if kept else Decision("alltoall", "default")
     else:
         validate_name(requested)
@@ -203,3 +214,84 @@ def apply(model, backend: str, target) -> bool:
         with simulate(target):
             apply_flex_dispatcher_backend(model, backend)
     return model.moe_token_dispatcher_type == "flex" and model.moe_flex_dispatcher_backend == backend
+
+
+# ---- a recipe's own request ----------------------------------------------------------------------
+RECIPE_REQUEST = "ep_overlap_recipe_request"
+"""The model-config attribute holding the recipe's ``RecipeRequest``: an attribute, not a dataclass
+field, so no YAML, override or upstream code sees it; a deep copy keeps it."""
+
+
+@dataclass(frozen=True)
+class RecipeRequest:
+    """One call of MB's ``apply_flex_dispatcher_backend`` made by a recipe while it was built."""
+
+    backend: str
+    applied: bool
+    """False: MB left the dispatcher alltoall (its GPU allow-list; upstream says so only in a rank-0 warning)."""
+    gpu_name: str | None
+    """The GPU MB judged (the simulated target's in a dry run); None: no CUDA, MB applies any backend."""
+
+    def __str__(self) -> str:
+        return f"{self.backend} on {self.gpu_name or 'no GPU'}: " + (
+            "applied" if self.applied else "Megatron-Bridge fell back to alltoall")
+
+
+def recipe_request(model) -> RecipeRequest | None:
+    value = getattr(model, RECIPE_REQUEST, None)
+    return value if isinstance(value, RecipeRequest) else None
+
+
+def recipe_fell_back(model) -> RecipeRequest | None:
+    """The recipe's request MB silently replaced with alltoall, while the config still holds that alltoall."""
+    request = recipe_request(model)
+    return request if request is not None and not request.applied and current_dispatcher(model) == "alltoall" else None
+
+
+def _gpu_name() -> str | None:
+    import torch
+
+    return torch.cuda.get_device_properties(0).name if torch.cuda.is_available() else None
+
+
+def _run_as_mb_function(model_config, moe_flex_dispatcher_backend=None):
+    """Becomes the code of MB's function while recording, so every reference to it - its module's, a
+    name imported from it, a closure - is watched. It runs with MB's module globals, where
+    ``recording_recipe_requests`` puts the recorder under this name."""
+    return _ep_overlap_record_request(model_config, moe_flex_dispatcher_backend)  # noqa: F821
+
+
+@contextlib.contextmanager
+def recording_recipe_requests() -> Iterator[None]:
+    """While a recipe builds: each call of MB's ``apply_flex_dispatcher_backend`` for a MoE model leaves a
+    ``RecipeRequest`` on the model config it was given. Re-entrant (the outer recording records)."""
+    from megatron.bridge.training import flex_dispatcher_backend as mb
+
+    from ..target.simulate import Patches
+
+    function = mb.apply_flex_dispatcher_backend
+    if (not isinstance(function, types.FunctionType) or function.__code__ is _run_as_mb_function.__code__
+            or function.__closure__):
+        yield  # already recording, or replaced by someone else: nothing to watch
+        return
+    upstream = types.FunctionType(function.__code__, function.__globals__, function.__name__, function.__defaults__)
+    upstream.__kwdefaults__ = function.__kwdefaults__
+    signature = inspect.signature(function)
+
+    def record(*args, **kwargs):
+        upstream(*args, **kwargs)
+        call = signature.bind(*args, **kwargs)
+        call.apply_defaults()
+        model, backend = call.arguments["model_config"], call.arguments["moe_flex_dispatcher_backend"]
+        if backend in FLEX_BACKENDS and getattr(model, "num_moe_experts", None):  # MB skips a dense model
+            applied = model.moe_token_dispatcher_type == "flex" and model.moe_flex_dispatcher_backend == backend
+            with contextlib.suppress(AttributeError, TypeError):  # a frozen or slotted config cannot carry it
+                setattr(model, RECIPE_REQUEST, RecipeRequest(backend, applied, _gpu_name()))
+
+    patches = Patches()
+    patches.set(mb, "_ep_overlap_record_request", record)
+    patches.set(function, "__code__", _run_as_mb_function.__code__)
+    try:
+        yield
+    finally:
+        patches.restore()

@@ -19,8 +19,15 @@ Contract
   refusing MB's silent fallback to alltoall (``resolve="error"``) or recording it
   (``resolve="auto"``); HybridEP's topology variables are set only when HybridEP is what the
   config ends with;
-* puts ``CUDA_DEVICE_MAX_CONNECTIONS`` (and HybridEP's NVLink-domain variables) into
-  ``cfg.env_vars`` unless the user already set them there;
+* a flex backend the recipe itself asked MB's ``apply_flex_dispatcher_backend`` for (recorded while
+  it was built: ``dispatcher.recording_recipe_requests``) is "kept: the recipe's" when MB applied it;
+  when MB silently fell back to alltoall, a ``dispatcher`` given now replaces the recipe's request,
+  ``resolve="auto"`` accepts the fallback and records it, and otherwise rule ``recipe-flex-fallback``
+  refuses it (``settle_recipe_fallback``);
+* puts ``CUDA_DEVICE_MAX_CONNECTIONS`` (``cuda_device_max_connections``: an int from 1 to 32, CUDA's
+  range; and HybridEP's NVLink-domain variables) into ``cfg.env_vars`` unless the user already set
+  them there; the plan shows each with the value the run gets;
+* refuses an argument of the wrong type with ``UsageError`` (``delay_wgrad=1`` is not a bool);
 * evaluates the rule table once (``resolve="auto"`` re-evaluates after applying each documented
   fix); conflicts the user must decide about raise ``EPOverlapError`` listing all of them; what
   has no fix raises in both modes;
@@ -36,17 +43,19 @@ between configuring and checking, and evaluates once). ``disable_ep_overlap`` re
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..target.cluster import ClusterEnvironment
 from . import dispatcher as dispatchers
 from .engine import Report, evaluate, malformed
-from .errors import EPOverlapError, Severity, UsageError, Violation
+from .errors import EPOverlapError, Severity, UsageError, Violation, require_optional_bool
 from .facts import Facts, get_path, set_path
 from .plan import FieldChange, OverlapPlan
 from .rules import RULES_BY_ID
 from .rules.flex import expected_hybridep_ranks
+from .rules.values import MAX_CONNECTIONS
 from .sizes import positive_int
 
 RESOLVE_MODES = ("error", "auto")
@@ -73,12 +82,12 @@ class Options:
             raise UsageError("resolve mode", self.resolve, RESOLVE_MODES)
         if self.dispatcher is not None:
             dispatchers.validate_name(self.dispatcher)
-        if positive_int(self.cuda_device_max_connections) is None:
-            raise UsageError("cuda_device_max_connections", self.cuda_device_max_connections, "an integer >= 1",
-                             "invalid")
+        connections = positive_int(self.cuda_device_max_connections)
+        if connections is None or connections > MAX_CONNECTIONS:
+            raise UsageError("cuda_device_max_connections", self.cuda_device_max_connections,
+                             f"an integer from 1 to {MAX_CONNECTIONS} (CUDA's range)", "invalid")
         for name in ("delay_wgrad", "high_priority_a2a"):
-            if getattr(self, name) not in (None, True, False):
-                raise UsageError(name, getattr(self, name), (True, False, None), "invalid")
+            require_optional_bool(name, getattr(self, name))
         return self
 
 
@@ -115,21 +124,32 @@ def _plain(value: Any) -> bool:
 
 
 def require_config(cfg: Any) -> None:
-    """A Megatron-Bridge ConfigContainer whose sections EP overlap edits have their types, or
-    UsageError naming the section (not an AttributeError deep inside). Values inside the sections
-    are the value rules' business (``rules.values``, checked before any edit)."""
+    """A Megatron-Bridge ConfigContainer whose sections EP overlap edits or reads have their types,
+    or UsageError naming the section (not an AttributeError deep inside): ``cfg.train = None`` is
+    the same usage error as ``cfg.model = None``. Values inside the sections are the value rules'
+    business (``rules.values``, checked before any edit)."""
     from megatron.bridge.training.comm_overlap import CommOverlapConfig
     from megatron.bridge.training.config import ConfigContainer
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
     from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.training.config import DistributedInitConfig, SchedulerConfig, TrainingConfig
 
     if not isinstance(cfg, ConfigContainer):
         raise UsageError("config", type(cfg).__name__, "a Megatron-Bridge ConfigContainer (what an MB recipe returns)",
                          "invalid")
-    for name, kind, allowed in (("model", TransformerConfig, "a model provider (a TransformerConfig, e.g. GPTModelProvider)"),
-                                ("comm_overlap", (CommOverlapConfig, type(None)), "a CommOverlapConfig or None")):
+    sections = (("model", TransformerConfig, "a model provider (a TransformerConfig, e.g. GPTModelProvider)"),
+                ("comm_overlap", (CommOverlapConfig, type(None)), "a CommOverlapConfig or None"),
+                # the sections every ConfigContainer has, which the rules and MB's finalize read unguarded
+                ("train", TrainingConfig, "a TrainingConfig"), ("optimizer", OptimizerConfig, "an OptimizerConfig"),
+                ("ddp", DistributedDataParallelConfig, "a DistributedDataParallelConfig"),
+                ("dist", DistributedInitConfig, "a DistributedInitConfig"),
+                ("scheduler", SchedulerConfig, "a SchedulerConfig"))
+    for name, kind, allowed in sections:
         value = getattr(cfg, name, None)
         if not isinstance(value, kind):
-            shown = value if value is None or isinstance(value, (str, int, float)) else type(value).__name__
+            plain = isinstance(value, (str, float, type(None))) or (isinstance(value, int) and value.bit_length() <= 64)
+            shown = value if plain else type(value).__name__
             raise UsageError(f"config section cfg.{name}", shown, allowed, "invalid")
 
 
@@ -150,6 +170,24 @@ def mb_fallback(backend: str, target: ClusterEnvironment) -> Violation:
         message=f"Megatron-Bridge fell back from {backend} to alltoall (only a rank-0 warning upstream)",
         fix=rule.fix + "; or pass resolve='auto' to accept the fallback", upstream=rule.upstream.value,
     )
+
+
+def settle_recipe_fallback(cfg: Any, requested: str | None, resolve: str, target: ClusterEnvironment,
+                           edit: "_Editor | None" = None) -> Violation | None:
+    """MB's silent fallback from the flex backend the recipe itself asked for (``dispatcher.recipe_fell_back``),
+    before any dispatcher is set: a dispatcher requested now replaces the recipe's request; with
+    ``resolve="auto"`` the alltoall MB left is accepted and the warning returned; otherwise it stays
+    for the rule ``recipe-flex-fallback`` to refuse. The record is cleared through ``edit`` (the
+    plan lists it, and ``enable_ep_overlap`` replays it onto the caller's config)."""
+    request = dispatchers.recipe_fell_back(cfg.model)
+    if request is None or (requested is None and resolve != "auto"):
+        return None
+    rule = RULES_BY_ID["recipe-flex-fallback"]
+    warning = dataclasses.replace(rule.violation(Facts(cfg, target)), severity=Severity.WARNING)
+    why = f"dispatcher {requested} requested" if requested else "resolve='auto': alltoall accepted"
+    (edit or _Editor(cfg)).set(f"model.{dispatchers.RECIPE_REQUEST}", None,
+                               f"{why} (the recipe asked for {request.backend}; MB fell back on {request.gpu_name})")
+    return None if requested else warning
 
 
 def _missing_sections(cfg: Any) -> list[tuple[str, Any, str]]:
@@ -200,6 +238,7 @@ class Session:
         self.edit = _Editor(cfg)
         self.decision: dispatchers.Decision | None = None
         self.fallback: Violation | None = None  # MB's silent allow-list fallback, refused with resolve='error'
+        self.recipe_fallback: str | None = None  # the recipe's backend MB fell back from (accepted by resolve='auto')
         self.notes: list[str] = []
         self.warnings: list[Violation] = []
         self.env_vars: dict[str, str] = {}
@@ -239,6 +278,13 @@ class Session:
 
     def _configure_dispatcher(self, already_on: bool) -> None:
         requested = self.options.dispatcher
+        asked = dispatchers.recipe_fell_back(self.cfg.model)
+        accepted = settle_recipe_fallback(self.cfg, requested, self.options.resolve, self.target, self.edit)
+        if accepted is not None:
+            self.warnings.append(accepted)
+            self.recipe_fallback = asked.backend
+            self.notes.append(f"resolve='auto': MB fell back from the recipe's {asked.backend} to alltoall on "
+                              f"{asked.gpu_name}")
         self.decision = decision = dispatchers.decide(requested, self.cfg.model, self.target, self.options.resolve,
                                                       keep_current=already_on)
         self.notes += [f"resolve='auto': {why}" for why in decision.fallbacks]
@@ -260,7 +306,7 @@ class Session:
         if self.options.resolve == "error":
             self.fallback = fell_back
         else:
-            self.warnings.append(Violation(**{**fell_back.__dict__, "severity": Severity.WARNING}))
+            self.warnings.append(dataclasses.replace(fell_back, severity=Severity.WARNING))
             self.notes.append(f"resolve='auto': MB fell back from {backend} to alltoall on {self.target.gpu_name}")
 
     def _set_env(self, name: str, value: str, reason: str) -> None:
@@ -296,9 +342,13 @@ class Session:
         report.raise_for_errors(context)
         facts = Facts(self.cfg, self.target)
         final = facts.dispatcher_name
+        planned = {**self.env_vars, **self.env_vars_kept}
+        runs_with = {name: facts.env_var(name) for name in planned}  # after overrides, the launcher's first
         reason = self.decision.reason if final == self.decision.dispatcher else "set by an override after enable"
         if self.warnings and final == "alltoall" and self.decision.dispatcher != "alltoall":
             reason = f"MB fell back from {self.decision.dispatcher} (resolve='auto')"
+        elif self.recipe_fallback and final == self.decision.dispatcher == "alltoall":
+            reason = f"MB fell back from the recipe's {self.recipe_fallback} (resolve='auto')"
         return OverlapPlan(
             dispatcher=final,
             dispatcher_reason=reason,
@@ -308,8 +358,9 @@ class Session:
             resolve=self.options.resolve,
             environment=self.target.summary(),
             changes=list(self.edit.changes),
-            env_vars=dict(self.env_vars),
-            env_vars_kept=dict(self.env_vars_kept),
+            env_vars={k: v for k, v in self.env_vars.items() if runs_with[k] == v},
+            env_vars_kept={k: v for k, v in self.env_vars_kept.items() if runs_with[k] == v},
+            env_vars_changed={k: runs_with[k] for k, v in planned.items() if runs_with[k] != v},
             warnings=self.warnings + [v for v in report.violations if v.severity is not Severity.ERROR],
             notes=list(self.notes),
             not_checked=list(report.not_checked),

@@ -15,6 +15,7 @@ import enum
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .sizes import shown
 from .values import jsonable
 
 
@@ -86,6 +87,14 @@ class UsageError(ValueError):
         allowed_text = ", ".join(str(a) for a in allowed) if not isinstance(allowed, str) else allowed
         if problem == "missing" and value is None:  # a flag or argument that was not given at all
             super().__init__(f"missing {what}: {allowed_text}")
-        else:
-            super().__init__(f"{problem} {what} {value!r}; allowed: {allowed_text}")
+        else:  # an int beyond 64 bits by its size: 10**5000 cannot even be printed
+            given = shown(value) if isinstance(value, int) and abs(value).bit_length() > 64 else repr(value)
+            super().__init__(f"{problem} {what} {given}; allowed: {allowed_text}")
         self.what, self.value, self.allowed, self.problem = what, value, allowed, problem
+
+
+def require_optional_bool(name: str, value: Any) -> None:
+    """True, False or None, else ``UsageError`` - 1 and 0 compare equal to True and False, but are not
+    the flag's type (the API's other type checks refuse them the same way)."""
+    if value is not None and not isinstance(value, bool):
+        raise UsageError(name, value, (True, False, None), "invalid")

@@ -2,7 +2,8 @@
 
 Contract: a plan is a record, not an instruction. It lists every field changed (dotted path in the
 ``ConfigContainer``, old value, new value, reason), the environment variables put into
-``cfg.env_vars`` (and those left alone because the user had set them), the dispatcher, delayed
+``cfg.env_vars`` (and those left alone because the user had set them), each with the value the
+run gets (one an override or the launcher changed after the plan is listed as such), the dispatcher, delayed
 wgrad and all-to-all priority *as the config holds them at the end* (with why: requested, kept
 from the recipe, chosen by ``auto``, or a recorded fallback), warnings and advice that did not
 block, rules that could not be checked on the target, and notes.
@@ -41,6 +42,8 @@ class OverlapPlan:
     changes: list[FieldChange] = field(default_factory=list)
     env_vars: dict[str, str] = field(default_factory=dict)
     env_vars_kept: dict[str, str] = field(default_factory=dict)
+    env_vars_changed: dict[str, str | None] = field(default_factory=dict)
+    """Variables of the plan whose value the run gets is another (an override after it, the launcher's)."""
     warnings: list[Violation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)
@@ -63,6 +66,7 @@ class OverlapPlan:
             "changes": [c.to_dict() for c in self.changes],
             "env_vars": dict(self.env_vars),
             "env_vars_kept": dict(self.env_vars_kept),
+            "env_vars_changed": dict(self.env_vars_changed),
             "warnings": [w.to_dict() for w in self.warnings],
             "notes": list(self.notes),
             "not_checked": list(self.not_checked),
@@ -84,10 +88,12 @@ class OverlapPlan:
         ]
         rows = [("field", "old", "new", "reason")] + [(c.path, short(c.old), short(c.new), c.reason) for c in self.changes]
         lines += _table(rows) if self.changes else ["  (no field changed)"]
-        if self.env_vars or self.env_vars_kept:
+        if self.env_vars or self.env_vars_kept or self.env_vars_changed:
             lines.append("")
             lines += [f"  env {k}={v}  (set in cfg.env_vars)" for k, v in self.env_vars.items()]
             lines += [f"  env {k}={v}  (kept: already set by you)" for k, v in self.env_vars_kept.items()]
+            lines += [f"  env {k}={'(unset)' if v is None else v}  (what the run gets: set after the plan, by an "
+                      "override or the launcher)" for k, v in self.env_vars_changed.items()]
         for w in self.warnings:
             lines.append(f"  {w.severity.value.upper()}: {w.rule_id}: {w.message} ({w.field} = {w.current!r}). "
                          f"Fix: {w.fix}")

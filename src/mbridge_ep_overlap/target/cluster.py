@@ -22,7 +22,7 @@ from typing import Any
 from ..core.errors import UsageError
 from ..core.sizes import positive_int
 from .gpus import GPU_CATALOG
-from .stack import REFERENCE_TE_VERSION
+from .stack import REFERENCE_TE_VERSION, is_version
 
 # Launcher variables EP overlap depends on (read by the doctor and by the rules).
 RELEVANT_ENV_VARS = (
@@ -134,8 +134,9 @@ def describe(
         raise UsageError("number of GPUs", num_gpus, "an integer >= 1", "invalid")
     for what, value in (("te_version", te_version), ("deep_ep_version", deep_ep_version),
                         ("torch_version", torch_version)):
-        if value is not None and not isinstance(value, str):
-            raise UsageError(what, value, "a version string, '' for none, or None for unknown", "invalid")
+        if value is not None and not (isinstance(value, str) and (value == "" or is_version(value))):
+            raise UsageError(what, value, "a version string such as 2.18.0 (PEP 440, no blanks), '' for none, or None "
+                             "for unknown", "invalid")
     if env_vars is not None and not isinstance(env_vars, dict):
         raise UsageError("env_vars", env_vars, "a dict of variable name -> value", "invalid")
     g = GPU_CATALOG[gpu.lower()]

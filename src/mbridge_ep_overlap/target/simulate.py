@@ -53,9 +53,9 @@ def current() -> ClusterEnvironment:
     return _SIMULATED.get() or probe()
 
 
-class _Patches:
+class Patches:
     """setattr (and sys.modules entries) with restore, in reverse order (no unittest.mock in
-    production code)."""
+    production code); ``core.dispatcher`` uses it too, to watch a recipe's dispatcher request."""
 
     _ABSENT = object()
 
@@ -85,7 +85,7 @@ class _Patches:
                 setattr(obj, name, value)
 
 
-def _fake_hardware(patches: _Patches, env: ClusterEnvironment) -> None:
+def _fake_hardware(patches: Patches, env: ClusterEnvironment) -> None:
     import torch
 
     known = match(env.gpu_name) or GPU_CATALOG["h100"]  # memory / SM count only
@@ -113,7 +113,7 @@ class _FusedAdamSignature:
         _te_stand_in()
 
 
-def _fake_te(patches: _Patches, te_version: str) -> None:
+def _fake_te(patches: Patches, te_version: str) -> None:
     """The target's Transformer Engine: its version everywhere MCore/MB ask, and its presence."""
     from packaging.version import Version
 
@@ -150,7 +150,7 @@ def simulate(env: ClusterEnvironment) -> Iterator[ClusterEnvironment]:
     """Fake the hardware, world size, launcher variables and TE version gates of ``env``."""
     saved_environ = dict(os.environ)
     token = _SIMULATED.set(env)
-    patches = _Patches()
+    patches = Patches()
     try:
         if env.has_gpu:
             _fake_hardware(patches, env)

@@ -5,10 +5,14 @@ Contract
 Runs one recipe as separate ``torchrun`` jobs (``launch.launch``), one per variant and link: the
 same seed, mock data, shape and overrides. A shape and a variant are typed ``RunSpec`` changes
 (``SHAPES``, ``VARIANTS``), turned into ``run_script.py`` flags by ``flags.to_argv`` only at
-launch. Before the first job: every argument and override is checked, then that this machine has
-``--nproc`` CUDA GPUs (``require_gpus``; torch is imported only there), then that ``--out`` can be
-a folder (``output_folder``: a symbolic-link loop, a link to nothing or a file is named as such) -
-each failure one line, exit 2, nothing launched. Variants: ``off``, ``overlap`` (alltoall),
+launch. Before the first job: every argument is checked, the ``--tuned`` file too
+(``tune.load_tuned``), then each job's spec is built and judged as ``run_script.py`` will build it
+in the job (``check_jobs``: ``pipeline.build`` on this machine with the job's variables - a bad
+override or setting is bad usage, exit 2; what the rules refuse is exit 1, every violation of every
+job listed), then that this machine has ``--nproc`` CUDA GPUs (``require_gpus``; torch is imported
+only there), then that ``--out`` can be a folder (``output_folder``: a symbolic-link loop, a link to
+nothing or a file is named as such) - each usage failure one line, exit 2, nothing launched or
+written. Variants: ``off``, ``overlap`` (alltoall),
 ``overlap+delay_wgrad`` (only where Transformer Engine imports), ``deepep`` / ``hybridep`` (only
 where ``deep_ep`` imports), plus tuning variants that change one thing the library controls
 (``overlap:cdmc1`` = ``CUDA_DEVICE_MAX_CONNECTIONS=1``, ``overlap:hiprio`` = high-priority
@@ -19,8 +23,8 @@ Per variant: median and spread of step time over the steady window (after ``--wa
 before the profiled steps), tokens/s, peak memory per rank, per-iteration losses and their parity
 against ``off`` on the same link and shape, and - from a torch-profiler window on rank 0 - the overlap
 efficiency of ``trace.analyze``. Output folder: ``results.json`` (every number),
-``benchmarks.md`` (the table) and ``benchmarks.png`` (step time per iteration, speedups).
-Timings are reported, never asserted.
+``benchmarks.md`` (the table) and ``benchmarks.png`` (step time per iteration, speedups; not drawn,
+saying so, beyond ``PLOT_MAX_ROWS`` measured rows). Timings are reported, never asserted.
 
 Against ``off`` (``compare_to_baseline``, recomputed by ``bench --report`` for old files too): the
 speedup, loss parity, the peak-memory delta, the compute time added per step (SM / memory contention
@@ -29,13 +33,15 @@ possible gain** ``(off - variant) / (off - ideal)`` - with the ideal ``max(compu
 the variant's own profile, and beside it from the ``off`` run's profile. ``bench --report`` reads
 every ``results.json`` whole and checks each row first (``results.result_from_row``: each field's type,
 finite numbers where the report computes; an empty list is no results file): a bad file is bad
-usage naming the file, the row and the field, and nothing is written. ``summary_line`` names the
+usage naming the file, the row and the field, and nothing is written; the work grows linearly with
+the rows (20,000 rows in seconds). ``summary_line`` names the
 best share of a set of rows. ``bench --tune`` (``tools.tune``) searches the overlap knobs; a tuned
 result (``tuned.json``) runs as the variant ``tuned`` with ``--tuned PATH``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -45,10 +51,11 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import UsageError
+from ..core.errors import EPOverlapError, UsageError, Violation
 from ..spec import RunSpec
+from ..target.cluster import RELEVANT_ENV_VARS, ClusterEnvironment
 from .exits import release_stderr
-from .launch import launch
+from .launch import child_environment, launch
 from .numerics import compare_losses, losses_from_summary
 from .results import VariantResult, load_results, result_from_row  # noqa: F401 - re-exported
 
@@ -65,6 +72,8 @@ class Variant:
     needs: str = ""
     overrides: tuple[str, ...] = ()
     """Hydra-style overrides appended after the shape's and the user's (tuned variants)."""
+    source: str = ""
+    """The file a variant's settings were read from ('tuned file PATH'), named when they are refused."""
 
 
 # "overlap" keeps the default-priority stream, as in every earlier run, so rows stay comparable; the
@@ -170,25 +179,46 @@ def idle_per_step(profile: dict | None) -> tuple[float | None, bool]:
 
 def workload_key(r: VariantResult) -> tuple:
     """Rows comparable with each other: same link, model shape, sequence and global batch (the
-    micro-batch size may differ: same tokens per step, only more microbatches)."""
+    micro-batch size may differ: same tokens per step, only more microbatches). Hashable, equal
+    exactly when the fields are equal (a list or mapping read from a results.json included)."""
     f = r.finalized or {}
-    return (r.link, re.sub(r" mbs\S+", "", shape_label(f)), f.get("global_batch_size"))
+    return (r.link, re.sub(r" mbs\S+", "", shape_label(f)), _hashable(f.get("global_batch_size")))
+
+
+def _hashable(value):
+    """``value`` as a dictionary key equal to another exactly when the values are equal (``==``)."""
+    if isinstance(value, (list, tuple)):
+        return (list if isinstance(value, list) else tuple, tuple(_hashable(v) for v in value))
+    if isinstance(value, dict):
+        return (dict, frozenset((k, _hashable(v)) for k, v in value.items()))
+    return frozenset(value) if isinstance(value, set) else value
+
+
+def baselines(results: list[VariantResult]) -> list[VariantResult | None]:
+    """For each row the ``off`` row it is compared with: the last ok ``off`` of the same link and
+    workload at or before it (a run writes ``off`` first), else the last one after it; None for a
+    failed row or a workload without one. Rows of other workloads never mix. One pass, each key
+    computed once (a report of thousands of rows took minutes while every row scanned the earlier ones)."""
+    keys = [workload_key(r) if r.ok else None for r in results]
+    last_off = {key: r for r, key in zip(results, keys) if r.ok and r.variant == "off"}
+    off_so_far: dict[tuple, VariantResult] = {}
+    chosen: list[VariantResult | None] = []
+    for r, key in zip(results, keys):
+        if r.ok and r.variant == "off":
+            off_so_far[key] = r
+        chosen.append(off_so_far.get(key, last_off.get(key)) if r.ok else None)
+    return chosen
 
 
 def compare_to_baseline(results: list[VariantResult]) -> None:
-    """Each row against the ``off`` row of the same link and workload that precedes it (a run
-    writes ``off`` first), else any ``off`` of that link and workload; rows of other workloads
-    never mix. Sets speedup, parity, share of the possible gain, idle, memory and compute deltas."""
-    for i, r in enumerate(results):
+    """Each row against its ``off`` row (``baselines``): speedup, parity, share of the possible gain,
+    idle, memory and compute deltas."""
+    for r, b in zip(results, baselines(results)):
         if not r.ok:
             continue
         r.idle_step_s, r.idle_estimated = idle_per_step(r.overlap_efficiency)
-        key = workload_key(r)
-        offs = [o for o in results[: i + 1] if o.variant == "off" and o.ok and workload_key(o) == key]
-        offs = offs or [o for o in results if o.variant == "off" and o.ok and workload_key(o) == key]
-        if not offs:
+        if b is None:
             continue
-        b = offs[-1]
         if r.median_s and b.median_s:
             r.speedup = b.median_s / r.median_s
         if r.peak_gib and b.peak_gib:
@@ -283,7 +313,25 @@ def markdown(results: list[VariantResult], title: str) -> str:
     return "\n".join(lines)
 
 
+PLOT_MAX_ROWS = 100
+"""Above this many measured rows no plot is drawn: each row is a line with a legend entry and a
+labelled bar (the figure widens with the bars) - 8,000 rows took 90 s for a 530,000-pixel-wide
+image nobody can read. The table keeps every row."""
+
+
+def too_many_to_plot(results: list[VariantResult]) -> str:
+    """Why ``results`` are too many for one plot ('' when they are not)."""
+    measured = sum(1 for r in results if r.ok)
+    if measured <= PLOT_MAX_ROWS:
+        return ""
+    return f"{measured} measured rows, more than the {PLOT_MAX_ROWS} one plot shows; benchmarks.md has every row"
+
+
 def plot(results: list[VariantResult], path: Path) -> bool:
+    """Step time per iteration and the speedups, as a PNG at ``path``; False when nothing is drawn
+    (``too_many_to_plot``, or matplotlib cannot be imported)."""
+    if too_many_to_plot(results):
+        return False
     try:
         import matplotlib
 
@@ -362,6 +410,50 @@ def validate_request(recipe: str, nproc: int, variants: list[str], links: list[s
         raise UsageError("--steps", steps, f"more than --warmup + --profile ({warmup} + {profile}): no steady window",
                          "invalid")
     resolve_recipe(recipe)
+
+
+def job_target(machine: ClusterEnvironment, nproc: int, env: dict[str, str]) -> ClusterEnvironment:
+    """``machine`` (this one, probed) as a job launched with ``env`` on ``nproc`` ranks will probe
+    it: the environment ``launch`` gives the job (``launch.child_environment``) and torchrun's
+    ``WORLD_SIZE``."""
+    seen = child_environment({**env, "WORLD_SIZE": str(nproc)})
+    return dataclasses.replace(machine, world_size=nproc,
+                               env_vars={name: seen[name] for name in RELEVANT_ENV_VARS if name in seen})
+
+
+def check_jobs(base: RunSpec, variants: dict[str, Variant], links: list[str], nproc: int) -> None:
+    """Before the first job: each job's spec built and judged as ``run_script.py`` will build it in
+    the job (``pipeline.build``, the one pipeline ``plan`` uses, on this machine with the job's
+    variables and world size). Bad usage is the first ``UsageError`` (naming the file a variant's
+    settings came from); the refusals of every job are one ``EPOverlapError`` listing every
+    violation. Nothing is launched or written."""
+    from ..pipeline import build
+    from ..target.probe import probe
+
+    machine = probe()
+    violations: dict[str, Violation] = {}
+    refused: list[str] = []
+    overlap = False
+    for name, variant in variants.items():
+        spec = variant_spec(base, variant)
+        links_refused = []
+        for link in links:
+            try:
+                build(spec, target=job_target(machine, nproc, {**LINKS[link], **variant.env}))
+            except UsageError as e:
+                if not variant.source:
+                    raise
+                raise UsageError(f"{e.what} (variant {name}, {variant.source})", e.value, e.allowed,
+                                 e.problem) from None
+            except EPOverlapError as e:
+                links_refused.append(link)
+                violations.update((v.line(), v) for v in e.violations)
+                overlap |= spec.ep_overlap
+        if links_refused:
+            source = f", from {variant.source}" if variant.source else ""
+            refused.append(f"{name} on {', '.join(links_refused)}{source}")
+    if refused:
+        raise EPOverlapError(list(violations.values()), f"bench jobs: {'; '.join(refused)}", overlap=overlap)
 
 
 def cuda_device_count() -> int:
@@ -462,13 +554,12 @@ def run_bench(
     known = {**VARIANTS, **(extra_variants or {})}
     validate_request(recipe, nproc, variants, links, steps, warmup, profile, known)
     base = shape_spec(recipe, shape, steps, list(extra or []))
-    from ..pipeline import check_overrides
-
-    check_overrides(base)  # a bad override is bad usage before torchrun starts
     if "off" not in variants:
         variants = ["off", *variants]
-    require_gpus(nproc)  # after the request's own checks: a bad flag is reported as such on any machine
     unavailable = available_variants()
+    # a bad override or tuned setting is bad usage, a refused one exit 1, before torchrun starts
+    check_jobs(base, {v: known[v] for v in variants if not unavailable.get(v)}, links, nproc)
+    require_gpus(nproc)  # after the request's own checks: a bad flag is reported as such on any machine
     output_folder(out)
     release_stderr()  # jobs start: what the libraries printed so far is shown, nothing more is held
     results: list[VariantResult] = []
@@ -522,18 +613,22 @@ def _write_outputs(results: list[VariantResult], out: Path, title: str) -> None:
     table = markdown(results, title)
     _write_json(results, out)
     (out / "benchmarks.md").write_text(table + "\n")
-    plot(results, out / "benchmarks.png")
+    drawn = plot(results, out / "benchmarks.png")
+    if not drawn:  # a plot of another run must not stand beside this table
+        (out / "benchmarks.png").unlink(missing_ok=True)
     print(table)
+    if not drawn:
+        print(f"benchmarks.png: not drawn ({too_many_to_plot(results) or 'matplotlib cannot be imported'})")
 
 
 def load_tuned_variant(path: Path) -> Variant:
-    """The variant ``tuned`` from a ``tuned.json`` written by ``bench --tune``."""
+    """The variant ``tuned`` from a ``tuned.json`` written by ``bench --tune`` (``tune.load_tuned``
+    checks the file; ``check_jobs`` judges its settings before anything is launched)."""
     from .tune import load_tuned
 
     t = load_tuned(path)
-    if not t["ep_overlap"]:
-        return Variant({"ep_overlap": False}, dict(t["env"]), overrides=tuple(t["overrides"]))
-    return Variant({"ep_overlap": True, "dispatcher": t["dispatcher"]}, dict(t["env"]), overrides=tuple(t["overrides"]))
+    changes = {"ep_overlap": True, "dispatcher": t["dispatcher"]} if t["ep_overlap"] else {"ep_overlap": False}
+    return Variant(changes, dict(t["env"]), overrides=tuple(t["overrides"]), source=f"tuned file {path}")
 
 
 def add_parser(sub) -> None:

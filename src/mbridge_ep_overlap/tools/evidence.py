@@ -295,12 +295,25 @@ class RunRecorder(Callback):
             "wgrad": self.counter.wgrad.to_dict(),
             "layer_stack": layer_stack(context),
             "environment": run_environment(),
+            "hardware": hardware(),
             "peak_memory_gib_per_rank": [round(float(p.item()), 3) for p in peaks],
             "profile": self.profile,
             "steps": self.steps,
         }
         self.summary_path.parent.mkdir(parents=True, exist_ok=True)
         self.summary_path.write_text(json.dumps(summary, indent=2))
+
+
+def hardware() -> dict:
+    """The GPUs this rank saw, and whether the ranks shared one GPU (``tools.shared_gpu``: the
+    emulation whose runs are correctness evidence only, never timings)."""
+    import torch
+
+    from .shared_gpu import active
+
+    return {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "visible_gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+            "ranks_share_one_gpu": active()}
 
 
 def flex_buffers() -> dict[str, bool]:

@@ -5,13 +5,14 @@ Contract: 0 ok; 1 refused (``EPOverlapError``: every violation printed, or ``Ups
 ``OneLineArgumentParser``, an unreadable or unwritable path); 130 interrupted (one line). Never a
 traceback for any of these.
 ``stdout_to_stderr()`` keeps a command's stdout for its own output (JSON, a job script) while
-Megatron logs to stdout. ``run_reporting_errors(..., hold_stderr=True)`` holds what the libraries
-write to stderr while a command prepares (importing Megatron alone prints ~25 warning lines on a
-machine without TE/APEX/CUDA): on bad usage only the one line is printed; on any other outcome the
-held text is written out first, unchanged. ``release_stderr()`` ends the hold early, before work
-whose output must stream (training, launches, the smoke check). Nothing is held in a torchrun rank
-(its stderr is its log) or with ``EP_OVERLAP_VERBOSE=1``; faulthandler keeps writing to the real
-stderr during a hold (``crash_stream``).
+Megatron logs to stdout. ``run_reporting_errors(..., hold_stderr=True)`` holds what is written to
+stderr and stdout while a command prepares (importing Megatron alone prints ~25 warning lines on a
+machine without TE/APEX/CUDA, and ``megatron.training`` routes the root logger to stdout at INFO):
+on bad usage only the one line is printed, stdout stays empty; on any other outcome the held text
+is written out, unchanged, each to its own stream. ``release_stderr()`` ends the hold early, before
+work whose output must stream (training, launches, the smoke check). Nothing is held in a torchrun
+rank (its stderr is its log) or with ``EP_OVERLAP_VERBOSE=1``; faulthandler keeps writing to the
+real stderr during a hold (``crash_stream``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def run_reporting_errors(prog: str, action: Callable[[], int], hold_stderr: bool
     try:
         hold = _Hold.start() if hold_stderr else None
         code = action()
+        _end(hold, replay=code != 2)  # an action's own exit 2 has printed its one line
     except UsageError as e:
         _end(hold, replay=False)
         return _say(f"{prog}: error: {' '.join(str(e).split())}", 2)
@@ -74,7 +76,6 @@ def run_reporting_errors(prog: str, action: Callable[[], int], hold_stderr: bool
     except BaseException:
         _end(hold, replay=True)
         raise
-    _end(hold, replay=code != 2)  # an action's own exit 2 has printed its one line
     return code
 
 
@@ -93,24 +94,57 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
 
 
+class _Held:
+    """One file descriptor pointed at a temporary file until ``restore()``; ``saved_fd`` is the real one."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.file = tempfile.TemporaryFile()
+        self.saved_fd = os.dup(fd)
+        try:
+            os.dup2(self.file.fileno(), fd)
+        except OSError:
+            os.close(self.saved_fd)
+            self.file.close()
+            raise
+
+    def restore(self) -> None:
+        os.dup2(self.saved_fd, self.fd)
+
+    def close(self) -> bytes:
+        """What was held (the real descriptor closed: call after ``restore``)."""
+        os.close(self.saved_fd)
+        self.file.seek(0)
+        data = self.file.read()
+        self.file.close()
+        return data
+
+
+def _hold_stdout() -> _Held | None:
+    if sys.stdout is None:
+        return None
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    try:
+        return _Held(1)
+    except OSError:  # a closed stdout: nothing to keep clean
+        return None
+
+
 class _Hold:
-    """stderr held: file descriptor 2 points at a temporary file, so what C libraries, logging
-    handlers and Python's warnings write there waits. ``sys.stderr`` itself is left alone (it writes
-    to fd 2): a handler created meanwhile keeps working after the hold. faulthandler, when enabled,
-    writes to the real stderr throughout, so a native crash while held is still reported."""
+    """stderr and stdout held: file descriptors 2 and 1 point at temporary files, so what C libraries,
+    logging handlers (``megatron.training``'s root handler writes to stdout) and Python's warnings
+    write there waits. ``sys.stderr`` / ``sys.stdout`` themselves are left alone (they write to the
+    descriptors): a handler created meanwhile keeps working after the hold. faulthandler, when
+    enabled, writes to the real stderr throughout, so a native crash while held is still reported."""
 
     current: "_Hold | None" = None
 
     def __init__(self) -> None:
         sys.stderr.flush()
-        self.file = tempfile.TemporaryFile()
-        self.saved_fd = os.dup(2)
-        try:
-            os.dup2(self.file.fileno(), 2)
-        except OSError:
-            os.close(self.saved_fd)
-            self.file.close()
-            raise
+        self.err = _Held(2)
+        self.saved_fd = self.err.saved_fd
+        self.out = _hold_stdout()
         self.faulthandler = faulthandler.is_enabled()
         if self.faulthandler:
             faulthandler.enable(file=self.saved_fd, all_threads=True)
@@ -130,21 +164,31 @@ class _Hold:
         return cls.current
 
     def end(self, replay: bool) -> None:
-        with contextlib.suppress(Exception):
-            sys.stderr.flush()
-        os.dup2(self.saved_fd, 2)
+        """Restore both streams; with ``replay`` write out what each held (a reader of stdout that went
+        away raises ``BrokenPipeError`` here, as it would have while the command printed)."""
+        for stream in (sys.stderr, sys.stdout):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        self.err.restore()
         if self.faulthandler or faulthandler.is_enabled():  # enabled meanwhile: it wrote to fd 2
             faulthandler.enable(file=sys.__stderr__ if sys.__stderr__ is not None else 2, all_threads=True)
-        os.close(self.saved_fd)
+        err = self.err.close()
+        out = b""
+        if self.out is not None:
+            self.out.restore()
+            out = self.out.close()
         _Hold.current = None
-        if replay:
-            self.file.seek(0)
-            text = self.file.read().decode(errors="replace")
-            if text:
-                with contextlib.suppress(Exception):
-                    sys.stderr.write(text)
-                    sys.stderr.flush()
-        self.file.close()
+        if replay and err:
+            with contextlib.suppress(Exception):
+                sys.stderr.write(err.decode(errors="replace"))
+                sys.stderr.flush()
+        if replay and out and sys.stdout is not None:
+            buffer = getattr(sys.stdout, "buffer", None)
+            if buffer is not None:
+                buffer.write(out)
+            else:
+                sys.stdout.write(out.decode(errors="replace"))
+            sys.stdout.flush()
 
 
 def _end(hold: _Hold | None, replay: bool) -> None:
@@ -159,8 +203,8 @@ def crash_stream():
 
 
 def release_stderr() -> None:
-    """End a hold now and write out what it held (no-op when nothing is held): call it before work
-    whose output must reach the user as it happens."""
+    """End a hold (stderr and stdout) now and write out what it held (no-op when nothing is held):
+    call it before work whose output must reach the user as it happens."""
     if _Hold.current is not None:
         _Hold.current.end(replay=True)
 

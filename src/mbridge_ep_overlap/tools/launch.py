@@ -365,16 +365,19 @@ class Run:
 
 
 def launch_command(name: str, nproc: int, args: list[str], folder: Path, repo: Path | None = None,
-                   script: str = "scripts/run_script.py", master_port: int | None = None) -> list[str]:
+                   script: str = "scripts/run_script.py", master_port: int | None = None,
+                   share_gpu: bool = False) -> list[str]:
     """The exact torchrun command ``launch`` runs (the wide-EP unit test dry-runs it for N = 2, 4, 8).
-    ``script`` (relative to the checkout) must accept ``--output-dir`` and ``--summary-json``."""
+    ``script`` (relative to the checkout) must accept ``--output-dir`` and ``--summary-json``.
+    ``share_gpu``: every rank on GPU 0, each as a node of its own (``tools.shared_gpu``)."""
     repo = repo or _repo_root()
     port = master_port if master_port is not None else 29500 + (abs(hash(name)) % 1000)
+    wrapper = ["--module", "mbridge_ep_overlap.tools.shared_gpu"] if share_gpu else []
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nproc_per_node", str(nproc), "--master_port", str(port),
         "--log-dir", str(folder / "torchrun"), "--redirects", "3", "--tee", "3",
-        str(repo / script),
+        *wrapper, str(repo / script),
         *args,
         "--output-dir", str(folder), "--summary-json", str(folder / "summary.json"),
     ]
@@ -388,13 +391,15 @@ def launch(
     env: dict | None = None,
     log_root: Path | None = None,
     script: str = "scripts/run_script.py",
+    share_gpu: bool = False,
 ) -> Run:
-    """Safe to call from several threads at once (each launch gets its own free rendezvous port)."""
+    """Safe to call from several threads at once (each launch gets its own free rendezvous port).
+    ``share_gpu``: run every rank on GPU 0 (``tools.shared_gpu``: correctness evidence only)."""
     repo = _repo_root()
     folder = Path(log_root or LOG_ROOT) / name
     clear_folder(folder)
     summary_path = folder / "summary.json"
-    cmd = launch_command(name, nproc, args, folder, repo, script, master_port=free_port())
+    cmd = launch_command(name, nproc, args, folder, repo, script, master_port=free_port(), share_gpu=share_gpu)
     returncode, timed_out, seconds = run_process_group(cmd, folder, child_environment(env), timeout_s, cwd=repo)
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
     return Run(name, returncode, timed_out, seconds, folder, summary)

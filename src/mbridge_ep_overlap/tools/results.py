@@ -138,10 +138,12 @@ class RowError(ValueError):
 
     def __init__(self, field_name: str, value, required: str) -> None:
         self.field, self.value, self.required = field_name, value, required
-        super().__init__(f"field {field_name} = {_short(value)}; allowed: {required}")
+        super().__init__(f"field {field_name} = {short_value(value)}; allowed: {required}")
 
 
-def _short(value) -> str:
+def short_value(value) -> str:
+    """``value`` for a one-line error: at most 60 characters, never failing (an int too long for
+    text, a container holding one)."""
     if isinstance(value, int) and not isinstance(value, bool):
         text = shown(value)  # an int of thousands of digits cannot even be turned into text
     else:
@@ -209,16 +211,16 @@ def load_results(path: Path) -> list[VariantResult]:
             rows.append(result_from_row(d))
         except RowError as e:
             label = f" ({d.get('link')}/{d.get('variant')})" if isinstance(d, dict) and "variant" in d else ""
-            raise UsageError(f"bench results file {str(path)!r}, row {i}{label}, field {e.field} =", _Shown(e.value),
+            raise UsageError(f"bench results file {str(path)!r}, row {i}{label}, field {e.field} =", Shown(e.value),
                              e.required, "invalid") from None
     return rows
 
 
-class _Shown:
+class Shown:
     """A value shown shortened in a one-line error."""
 
     def __init__(self, value) -> None:
         self.value = value
 
     def __repr__(self) -> str:
-        return _short(self.value)
+        return short_value(self.value)

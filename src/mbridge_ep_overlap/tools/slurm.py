@@ -4,8 +4,9 @@ Contract
 --------
 ``main(argv)`` (``scripts/launch_slurm.py``) maps its flags onto the same ``RunSpec`` as
 ``run_script.py`` (``tools.flags``), builds it for ``--nodes x --gpus-per-node`` GPUs of ``--gpu``
-(``pipeline.build``: the config the job will build), refuses a config the rules refuse (exit 1, every
-violation printed), and renders a job script that
+(``pipeline.build``: the config the job will build), refuses what ``plan`` refuses - a config the rules
+refuse, or MB's own finalize for that cluster (exit 1, every violation printed) - and renders a job
+script that
 
 * requests the nodes / GPUs (partition, account, time, container only when given);
 * **exports every variable of ``cfg.env_vars``** - ``CUDA_DEVICE_MAX_CONNECTIONS`` and HybridEP's
@@ -82,13 +83,16 @@ def _sbatch_value(flag: str, value: str) -> str:
     return value
 
 
-def job_environment(cfg, multicast: str) -> dict[str, str]:
+def job_environment(cfg) -> dict[str, str]:
+    """``cfg.env_vars`` as the job exports them. Its values were judged by the rule table
+    (``env-var-values``: str, a number or a bool) before this runs; a name a shell cannot export is
+    bad usage."""
     env = {str(k): env_value(v) for k, v in (cfg.env_vars or {}).items()}
     for name in env:
         if not _ENV_NAME.fullmatch(name):
             raise UsageError("environment variable name", name, "letters, digits and _ (not starting with a digit)",
                              "invalid")
-    return launch_environment(env) if multicast == "off" else env
+    return env
 
 
 def render(args: argparse.Namespace, run_argv: list[str], env_vars: dict[str, str], overridden: dict[str, str]) -> str:
@@ -159,7 +163,7 @@ def _check_job_size(args: argparse.Namespace) -> None:
 
 
 def _emit(args: argparse.Namespace) -> int:
-    from ..pipeline import build
+    from ..pipeline import build, finalize
 
     _check_job_size(args)
     for flag in ("--job-name", "--time", "--log-dir", "--partition", "--account"):  # before the 10-s build
@@ -169,8 +173,9 @@ def _emit(args: argparse.Namespace) -> int:
     spec = spec_from_args(args, num_gpus=args.nodes * args.gpus_per_node)
     with stdout_to_stderr():
         built = build(spec)
-    recipe_env = {str(k): env_value(v) for k, v in (built.cfg.env_vars or {}).items()}
-    env_vars = job_environment(built.cfg, args.nvlink_multicast)
+        finalize(built)  # MB's own finalize for the job's cluster, as `plan` runs it: what plan refuses is refused here
+    recipe_env = job_environment(built.cfg)
+    env_vars = launch_environment(recipe_env) if args.nvlink_multicast == "off" else recipe_env
     overridden = {k: v for k, v in recipe_env.items() if env_vars.get(k) != v}
     script = render(args, to_argv(spec), env_vars, overridden)
     if args.dryrun:

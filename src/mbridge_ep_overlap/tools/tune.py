@@ -10,10 +10,12 @@ qualifies is kept when it beats the best by ``min_gain``. A candidate qualifies 
 succeeded, its per-iteration losses match off's (``numerics.compare_losses``) and its peak memory is
 at most the overlap baseline's times ``1 + mem_tolerance``. Before each candidate the run time is
 estimated from the runs so far; the search stops when the next run would not fit in the budget.
-Baselines always run (nothing can be ranked without them). Before the first job every argument and
-override is checked, then that this machine has ``nproc`` CUDA GPUs (``bench.require_gpus``) and
-that ``out`` can be a folder (``bench.output_folder``): each failure is bad usage in one line (exit
-2), nothing launched or written.
+Baselines always run (nothing can be ranked without them). Before the first job every argument is
+checked and the two baselines are built and judged as their jobs will build them
+(``bench.check_jobs``: a bad override is bad usage, a refused config exit 1 with every violation),
+then that this machine has ``nproc`` CUDA GPUs (``bench.require_gpus``) and that ``out`` can be a
+folder (``bench.output_folder``): each usage failure is one line (exit 2), nothing launched or
+written.
 
 Knobs (``KNOBS``; a knob is a function of the context giving typed ``Change`` options, or the
 reason it does not apply): the high-priority all-to-all stream, Megatron-Core's per-process-group
@@ -33,8 +35,12 @@ request on the same host resumes from it and measures only what is missing; one 
 [...], "env": {...}, "measured": {...}, ...}``), ``tuned.overrides`` (one ``key=value`` per line:
 trailing ``run_script.py`` arguments or ``plan --set``) and, when the winner sets NCCL options,
 ``nccl_communicator.yaml`` (empty ``tuned.overrides`` and ``"ep_overlap": false`` when overlap off
-was not slower than any candidate). ``apply_tuned(cfg, path)`` applies a ``tuned.json`` to a recipe's
-config (after ``enable_ep_overlap``); ``bench --tuned PATH`` re-measures it as the variant ``tuned``.
+was not slower than any candidate). ``load_tuned(path)`` reads a ``tuned.json`` back, refusing as bad
+usage (one line naming the file and every problem) a missing, unreadable or broken file, one whose
+fields have the wrong types (``tuned_problems``: overrides ``key=value`` strings, ``env`` variable
+names to strings or integers) and an NCCL file Megatron-Core could not use (``check_nccl_file``).
+``apply_tuned(cfg, path)`` applies it to a recipe's config (after ``enable_ep_overlap``); ``bench
+--tuned PATH`` re-measures it as the variant ``tuned``, its settings judged by the pipeline first.
 
 No torch or Megatron import at module level.
 """
@@ -52,10 +58,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.errors import UsageError
+from ..core.sizes import INT64_MAX
 from . import bench, results
 from .exits import release_stderr
 from .bench import Variant
-from .results import VariantResult
+from .results import Shown, VariantResult, short_value
 from .numerics import compare_losses
 
 # ---- Megatron-Core's per-process-group NCCL options ---------------------------------------------
@@ -458,9 +465,8 @@ def tune(recipe: str, nproc: int, shape: str, link: str, out: Path, budget_s: fl
 
         te = bool(te_version_here())
     base = bench.shape_spec(recipe, shape, steps, extra)
-    from ..pipeline import check_overrides
-
-    check_overrides(base)  # a bad override is bad usage before the first job starts
+    baselines = {"off": Variant({"ep_overlap": False}), "overlap": Candidate().variant(dispatcher, out / "nccl")}
+    bench.check_jobs(base, baselines, [link], nproc)  # bad usage (2) or refused (1) before the first job starts
     bench.require_gpus(nproc, "bench --tune")  # after the request's own checks, before any job or file
     bench.output_folder(out)
     release_stderr()  # jobs start: what the libraries printed so far is shown, nothing more is held
@@ -498,12 +504,12 @@ def tune(recipe: str, nproc: int, shape: str, link: str, out: Path, budget_s: fl
         print(f"tune: {link}: {_line(trial, off_trial)}", flush=True)
         return trial
 
-    off_trial = measure("off", [], Variant({"ep_overlap": False}), "baseline", True)
+    off_trial = measure("off", [], baselines["off"], "baseline", True)
     stopped, skipped, order = "", {}, []
     if off_trial.status != "baseline":
         stopped = f"overlap off failed ({off_trial.status}): nothing to compare with"
         return _finish(out, link, request, trials, None, [], {}, stopped, base, dispatcher, t0, clock)
-    overlap = measure("overlap", [], Candidate().variant(dispatcher, out / "nccl"), "baseline", True)
+    overlap = measure("overlap", [], baselines["overlap"], "baseline", True)
     if overlap.status != "ok":
         stopped = f"the overlap baseline did not qualify ({overlap.status})"
         return _finish(out, link, request, trials, None, [], {}, stopped, base, dispatcher, t0, clock)
@@ -697,32 +703,88 @@ def tune_links(recipe: str, nproc: int, shape: str, links: list[str], out: Path,
 
 
 # ---- applying a tuned result --------------------------------------------------------------------
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def tuned_problems(t: Any) -> list[str]:
+    """Every way ``t`` (a parsed tuned.json) differs from what ``bench --tune`` writes, as the
+    launchers need it: ``ep_overlap`` a boolean, ``overrides`` a list of ``key=value`` strings,
+    ``env`` a mapping of variable names to strings or integers (what a process environment can
+    hold). What the values mean is judged by the pipeline (``bench.check_jobs``, ``apply_tuned``)."""
+    if not isinstance(t, dict):
+        return [f"a JSON object, not {type(t).__name__}"]
+    problems = []
+    if not isinstance(t.get("ep_overlap"), bool):
+        problems.append(f"ep_overlap = {short_value(t.get('ep_overlap'))}: true or false")
+    overrides = t.get("overrides")
+    if not isinstance(overrides, list):
+        problems.append(f"overrides = {short_value(overrides)}: a list of key=value strings")
+    else:
+        problems += [f"overrides[{i}] = {short_value(o)}: a key=value string" for i, o in enumerate(overrides)
+                     if not isinstance(o, str) or "=" not in o or "\0" in o]
+    env = t.get("env")
+    if not isinstance(env, dict):
+        problems.append(f"env = {short_value(env)}: a mapping of variable name -> value")
+    else:
+        for name, value in env.items():
+            if not ENV_NAME.fullmatch(name):
+                problems.append(f"env name {short_value(name)}: letters, digits and _, not starting with a digit")
+            if not ((isinstance(value, str) and "\0" not in value)
+                    or (isinstance(value, int) and not isinstance(value, bool) and abs(value) <= INT64_MAX)):
+                problems.append(f"env {short_value(name)} = {short_value(value)}: a string or an integer")
+    return problems
+
+
 def load_tuned(path: Path) -> dict:
-    """A ``tuned.json`` written by ``bench --tune`` (UsageError naming the file otherwise)."""
+    """A ``tuned.json`` written by ``bench --tune`` (UsageError naming the file and every problem
+    otherwise), its ``env`` values as strings; the NCCL file its overrides name is checked as
+    Megatron-Core will read it (``check_nccl_file``)."""
     try:
         t = json.loads(Path(path).read_text())
-        ok = (isinstance(t, dict) and isinstance(t.get("overrides"), list) and isinstance(t.get("env"), dict)
-              and isinstance(t.get("ep_overlap"), bool) and all(isinstance(o, str) and "=" in o for o in t["overrides"]))
-    except (OSError, ValueError) as e:
-        raise UsageError("tuned file", str(path), f"a tuned.json written by bench --tune ({type(e).__name__})",
-                         "unreadable") from None
-    if not ok:
-        raise UsageError("tuned file", str(path), "a tuned.json written by bench --tune", "invalid")
+    except (OSError, ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        detail = (str(e).splitlines() or [""])[0]
+        raise UsageError("tuned file", str(path), f"a tuned.json written by bench --tune ({type(e).__name__}"
+                         + (f": {detail})" if detail else ")"), "unreadable") from None
+    problems = tuned_problems(t)
+    if problems:
+        raise UsageError("tuned file", str(path), f"a tuned.json written by bench --tune ({'; '.join(problems)})",
+                         "invalid")
     t.setdefault("dispatcher", "alltoall")
+    t["env"] = {name: str(value) for name, value in t["env"].items()}
     # the NCCL file travels beside tuned.json: when the recorded absolute path is gone (another
     # checkout or machine), point at the copy next to this tuned.json
     sibling = Path(path).resolve().parent / "nccl_communicator.yaml"
     fixed = []
     for o in t["overrides"]:
         key, _, value = o.partition("=")
-        if key == NCCL_CONFIG_OVERRIDE and not Path(value).exists():
-            if not sibling.exists():
-                raise UsageError("tuned file", str(path), f"its NCCL file beside it ({value} and {sibling} are missing)",
-                                 "incomplete")
-            o = f"{key}={sibling}"
+        if key == NCCL_CONFIG_OVERRIDE:
+            if not Path(value).exists():
+                if not sibling.exists():
+                    raise UsageError("tuned file", str(path), f"its NCCL file beside it ({value} and {sibling} are "
+                                     "missing)", "incomplete")
+                value = str(sibling)
+                o = f"{key}={value}"
+            check_nccl_file(Path(value))
         fixed.append(o)
     t["overrides"] = fixed
     return t
+
+
+def check_nccl_file(path: Path) -> dict[str, dict[str, Any]]:
+    """The YAML ``dist.nccl_communicator_config_path`` names, read as Megatron-Core reads it
+    (``yaml.safe_load``) and checked (``check_nccl_config``); UsageError naming the file otherwise."""
+    import yaml
+
+    try:
+        cfg = yaml.safe_load(Path(path).read_text())
+    except (OSError, ValueError, RecursionError, yaml.YAMLError) as e:
+        raise UsageError("NCCL communicator file", str(path), f"a YAML mapping of process-group name -> options "
+                         f"({type(e).__name__})", "unreadable") from None
+    try:
+        return check_nccl_config(cfg)
+    except UsageError as e:
+        raise UsageError(f"NCCL communicator file {str(path)!r}: {e.what}", Shown(e.value), e.allowed,
+                         e.problem) from None
 
 
 def apply_tuned(cfg: Any, path: Path) -> dict:
@@ -745,4 +807,5 @@ def apply_tuned(cfg: Any, path: Path) -> dict:
 
 
 __all__ = ["tune", "tune_links", "Change", "Candidate", "Context", "KNOBS", "order_knobs", "evidence", "nccl_yaml",
-           "check_nccl_config", "load_tuned", "apply_tuned", "write_tuned", "ranking", "NCCL_PG_NAMES"]
+           "check_nccl_config", "check_nccl_file", "tuned_problems", "load_tuned", "apply_tuned", "write_tuned",
+           "ranking", "NCCL_PG_NAMES"]

@@ -52,6 +52,31 @@ def flex_backend_gpu(f: Facts) -> bool:
     return dispatcher.supports_gpu(f.flex_backend, f.env.gpu_name, f.env.compute_capability[0])
 
 
+def _recipe_fallback(f: Facts) -> str:
+    request = dispatcher.recipe_fell_back(f.cfg.model)
+    if request is None:
+        return dispatcher.current_dispatcher(f.cfg.model) or str(f.dispatcher)
+    allowed = [d for d in ("alltoall", *dispatcher.FLEX_BACKENDS) if not f.env.has_gpu
+               or dispatcher.supports_gpu(d, f.env.gpu_name, f.env.compute_capability[0])]
+    return (f"alltoall: the recipe asked for {request.backend}, Megatron-Bridge fell back on {request.gpu_name} "
+            f"(the GPU allow-lists there: {', '.join(allowed)})")
+
+
+@family("recipe-flex-fallback", When.ALWAYS, "model.moe_token_dispatcher_type",
+        required="the flex backend the recipe asked apply_flex_dispatcher_backend for, or a dispatcher chosen "
+                 "explicitly", current=_recipe_fallback)
+def recipe_flex_fallback(f: Facts) -> bool:
+    """the recipe called Megatron-Bridge's apply_flex_dispatcher_backend for a flex backend outside that
+    GPU's allow-list, and MB silently left the dispatcher alltoall (a rank-0 warning only): the run
+    would not use the dispatcher its recipe asks for.
+
+    Fix: choose a dispatcher the target supports explicitly (--dispatcher alltoall, or another the value
+    lists; API: dispatcher='alltoall'), or build the recipe for a GPU its backend supports;
+    resolve='auto' accepts the fallback and records it.
+    """
+    return dispatcher.recipe_fell_back(f.cfg.model) is None
+
+
 @family("flex-backend-importable", When.FLEX, "model.moe_flex_dispatcher_backend",
         required="deep_ep importable (with HybridEPBuffer for 'hybridep'); TE with NCCL EP for 'ncclep'",
         needs=lambda f: dispatcher.availability(f.flex_backend, f.env) is not None,

@@ -17,6 +17,7 @@ cases name where they fail later."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..facts import Facts
@@ -34,6 +35,9 @@ MODEL_INTEGERS = (*PARALLEL_SIZES, *MODEL_SHAPE, "num_moe_experts", "moe_router_
                   "ffn_hidden_size", "num_query_groups", "kv_channels", "vocab_size", "mtp_num_layers",
                   "moe_shared_expert_intermediate_size")
 BATCH = ("global_batch_size", "micro_batch_size")
+MAX_CONNECTIONS = 32
+"""CUDA's documented range for CUDA_DEVICE_MAX_CONNECTIONS is 1 to 32 (default 8; CUDA C Programming
+Guide, CUDA environment variables)."""
 
 
 def _bad(values: dict[str, Any], optional: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -286,25 +290,72 @@ def mixed_precision_known(f: Facts) -> bool:
     return True
 
 
+def _bad_names(value: dict) -> list:
+    return [k for k in value if not isinstance(k, str) or not k]
+
+
 def _env_vars_shape(f: Facts) -> str:
     value = getattr(f.cfg, "env_vars", None)
     if isinstance(value, dict):
-        bad = [k for k in value if not isinstance(k, str)]
-        return f"a dict with non-str keys {bad[:3]!r}" if bad else "a dict"
+        bad = _bad_names(value)
+        return f"a dict with names that are not non-empty strings {bad[:3]!r}" if bad else "a dict"
     return type(value).__name__
 
 
-@family("env-vars-type", When.ALWAYS, "env_vars", required="None or a dict of variable names (str) to values",
+@family("env-vars-type", When.ALWAYS, "env_vars", required="None or a dict of variable names (non-empty str) to values",
         sanity=True, current=_env_vars_shape,
         upstream=Upstream.MB_FINALIZE, upstream_match="has no attribute 'items'")
 def env_vars_type(f: Facts) -> bool:
     """cfg.env_vars is not a dict of variable names, so the launcher variables the plan needs cannot
-    be put there.
+    be put there (MB's finalize also refuses an empty name).
 
     Fix: set cfg.env_vars to a dict (or leave it None: enable_ep_overlap creates one).
     """
     value = getattr(f.cfg, "env_vars", None)
-    return value is None or (isinstance(value, dict) and all(isinstance(k, str) for k in value))
+    return value is None or (isinstance(value, dict) and not _bad_names(value))
+
+
+def _env_scalar(value: Any) -> bool:
+    """What Megatron-Bridge exports (str, int, float, bool), an int only within 64 bits."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return -INT64_MAX - 1 <= value <= INT64_MAX
+    return isinstance(value, (str, float, bool))
+
+
+def _bad_env_values(f: Facts) -> dict[str, str]:
+    value = getattr(f.cfg, "env_vars", None)
+    if not isinstance(value, dict):
+        return {}  # env-vars-type names it
+    return {str(k): shown(v) if isinstance(v, int) else type(v).__name__ for k, v in value.items()
+            if not _env_scalar(v)}
+
+
+@family("env-var-values", When.ALWAYS, "env_vars", required="each value a str, int, float or bool (an int within "
+        "64 bits)", sanity=True, current=_bad_env_values,
+        upstream=Upstream.MB_FINALIZE, upstream_match="must have a scalar value")
+def env_var_values(f: Facts) -> bool:
+    """a cfg.env_vars value is not one a process environment can hold: MB 0.6.2's finalize refuses None,
+    lists and objects (training/config.py:1848 apply_environment_variables); an int beyond 64 bits no
+    variable takes (beyond 4300 digits str() itself refuses it); and a launcher that exports the
+    variables before the job starts (launch_slurm.py) would write None or an object's repr.
+
+    Fix: set each value in cfg.env_vars to a string (or a number or bool), or remove the variable.
+    """
+    return not _bad_env_values(f)
+
+
+@family("cuda-device-max-connections-value", When.ALWAYS, "env_vars.CUDA_DEVICE_MAX_CONNECTIONS",
+        required=f"unset, or an integer from 1 to {MAX_CONNECTIONS} (CUDA's range)", sanity=True,
+        current=lambda f: f.env_var("CUDA_DEVICE_MAX_CONNECTIONS"))
+def cuda_device_max_connections_value(f: Facts) -> bool:
+    """CUDA_DEVICE_MAX_CONNECTIONS (as the run gets it: the launcher's value, else cfg.env_vars) is not
+    a connection count CUDA documents (1 to 32): what CUDA makes of it is undefined, so how many
+    streams run concurrently - the all-to-all's overlap with compute - cannot be said.
+
+    Fix: set CUDA_DEVICE_MAX_CONNECTIONS to an integer from 1 to 32 (32 for EP overlap), or leave it unset.
+    """
+    value = f.env_var("CUDA_DEVICE_MAX_CONNECTIONS")
+    return value is None or (re.fullmatch(r"[0-9]{1,2}", value) is not None and 1 <= int(value) <= MAX_CONNECTIONS)
 
 
 RULES = family.rules
