@@ -264,7 +264,9 @@ def _run_as_mb_function(model_config, moe_flex_dispatcher_backend=None):
 @contextlib.contextmanager
 def recording_recipe_requests() -> Iterator[None]:
     """While a recipe builds: each call of MB's ``apply_flex_dispatcher_backend`` for a MoE model leaves a
-    ``RecipeRequest`` on the model config it was given. Re-entrant (the outer recording records)."""
+    ``RecipeRequest`` on the model config it was given. Re-entrant (the outer recording records).
+    One thread at a time: a recipe built on another thread while this one records is recorded only
+    until this recording ends (the pipeline, bench and tune build their configs one after another)."""
     from megatron.bridge.training import flex_dispatcher_backend as mb
 
     from ..target.simulate import Patches
