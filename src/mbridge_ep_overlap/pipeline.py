@@ -200,25 +200,6 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
     return Built(spec, recipe, target, cfg, plan, report)
 
 
-def check_overrides(spec: RunSpec, *, target: ClusterEnvironment | None = None) -> None:
-    """``spec``'s sizes and overrides applied to a fresh config of its recipe, nothing else built or
-    judged: the launchers (bench, tune) call it so that a bad override is bad usage (``UsageError``)
-    before any job starts, not a failed row after one."""
-    from .target import shims
-
-    spec, target = _checked_arguments(spec, target)
-    shims.install()
-    recipe = resolve_recipe(spec.recipe)
-    recipe.function()
-    target = target or resolve_target(spec, recipe)
-    from .target.simulate import simulate
-
-    with simulate(target) if target.described else contextlib.nullcontext():
-        cfg = recipe.config(spec.hf_config_dir)
-        apply_sizes(cfg, spec)
-        apply_overrides(cfg, spec.overrides)
-
-
 def finalize(built: Built):
     """MB's real ``runtime_config_update`` of ``built.cfg`` for its target (hardware and version
     gates simulated for a described target), reusing the build's rule evaluation."""

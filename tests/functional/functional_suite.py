@@ -48,15 +48,10 @@ SHARED_SKIP = ("EP_OVERLAP_SHARE_GPU=1 (ranks share one GPU): DeepEP, HybridEP a
 
 
 def gpu_count() -> int:
-    """The GPUs the suite can run its ranks on: the CUDA devices here, or any number (``NPROC``)
-    when the ranks share one GPU and there is one."""
-    try:
-        import torch
+    """The GPUs the suite can run its ranks on (``tools.shared_gpu.usable_gpus``)."""
+    from mbridge_ep_overlap.tools.shared_gpu import usable_gpus
 
-        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:
-        return 0
-    return max(have, NPROC) if SHARED and have >= 1 else have
+    return usable_gpus(NPROC)
 
 
 _te_problem: list[str | None] = []

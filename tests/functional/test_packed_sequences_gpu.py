@@ -67,13 +67,7 @@ SHARED = shared_gpu.enabled()  # EP_OVERLAP_SHARE_GPU=1: both ranks on GPU 0 (nu
 
 
 def _gpus() -> int:
-    try:
-        import torch
-
-        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:
-        return 0
-    return max(have, NPROC) if SHARED and have >= 1 else have
+    return shared_gpu.usable_gpus(NPROC)
 
 
 def _te_reason() -> str | None:

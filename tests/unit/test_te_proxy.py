@@ -227,6 +227,7 @@ def test_suite_with_ranks_sharing_one_gpu_launches_shared_and_never_flex(monkeyp
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("EP_OVERLAP_SHARE_GPU", "1")
     assert suite_module.gpu_count() == suite_module.NPROC
-    monkeypatch.setattr(suite_module, "SHARED", False)
+    monkeypatch.delenv("EP_OVERLAP_SHARE_GPU")
     assert suite_module.gpu_count() == 1

@@ -33,6 +33,18 @@ def enabled(environ: dict | None = None) -> bool:
     return (environ if environ is not None else os.environ).get(ENV, "").strip() == "1"
 
 
+def usable_gpus(nproc: int) -> int:
+    """The GPUs ``nproc`` ranks can run on here: the CUDA devices, or ``nproc`` when ranks share one
+    GPU (``enabled()``) and there is one; 0 when torch or CUDA is missing."""
+    try:
+        import torch
+
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 - a torch that cannot even answer: no GPU to run on
+        return 0
+    return max(have, nproc) if enabled() and have >= 1 else have
+
+
 def rank_environment(environ: dict) -> dict[str, str]:
     """The variables a torchrun rank gets so that it looks like the only rank of its node."""
     rank = str(environ.get("RANK", "")).strip()
