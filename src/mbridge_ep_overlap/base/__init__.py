@@ -1,0 +1,1 @@
+"""Leaf layer: names and values every other layer may import; it imports nothing of this package."""
