@@ -168,7 +168,11 @@ def write_evidence(runs) -> None:
 def test_all_runs_trained_packed_rows(runs):
     for key, run in runs.items():
         fin = run.summary["finalized"]
-        assert (fin["micro_batch_size"], fin["num_microbatches"]) == (1, MICROBATCHES), key
+        model_parallel = (fin["tensor_model_parallel_size"] * fin["pipeline_model_parallel_size"]
+                          * fin["context_parallel_size"])
+        data_parallel = run.summary["world_size"] // model_parallel
+        microbatches = fin["global_batch_size"] // (fin["micro_batch_size"] * data_parallel)
+        assert (fin["micro_batch_size"], microbatches) == (1, MICROBATCHES), key
         assert fin["seq_length"] == 2048 and fin["expert_model_parallel_size"] == NPROC, key
         assert len(run.summary["steps"]) == STEPS, key
         assert all(s["finite"] and not s["skipped"] for s in run.summary["steps"]), key
