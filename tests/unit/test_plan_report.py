@@ -35,6 +35,9 @@ PLAN_ROWS = [
      ["what changed", "finalized by"]),
     (["--set", "model.mtp_num_layers=2", "--set", "model.recompute_granularity=selective",
       "--set", "model.recompute_modules=[moe]"], 1, PROXY + "REFUSED", ["mtp-layers", "moe-recompute", "2 violation(s)"], []),
+    # a rule about several fields shows each field with its value, not a list of field names
+    (["--te", "none", "--set", "model.moe_permute_fusion=true"], 1, PROXY + "REFUSED",
+     ["te-features-need-te", "= {'model.moe_permute_fusion': True}"], ["['moe_permute_fusion']"]),
 ]
 
 
