@@ -28,7 +28,7 @@ PLAN_ROWS = [
      "1 microbatch per rank per step (global_batch_size 16 / (micro_batch_size 2 x data-parallel size 8))",
      ["raise global_batch_size to 32 or more"], ["hidden behind"]),
     (["--ep-overlap", "off"], 0, PROXY + "ACCEPTED with EP overlap off (as asked)",
-     ["nothing of overlap was set", "overlap_moe_expert_parallel_comm: False"], ["what changed"]),
+     ["no overlap plan", "overlap_moe_expert_parallel_comm: False"], ["what changed"]),
     (["--dispatcher", "hybridep"], 0, PROXY + "ACCEPTED with EP overlap on (hybridep)",
      ["model.moe_token_dispatcher_type: alltoall -> flex", "dispatcher  : hybridep (requested)"], []),
     (["--set", "model.mtp_num_layers=2"], 1, PROXY + "REFUSED", ["[error] mtp-layers:", "Fix: set model.mtp_num_layers"],

@@ -126,7 +126,7 @@ def refusal_lines(recipe: str, where: str, error: Exception) -> list[str]:
 def change_lines(plan) -> list[str]:
     """What the plan changed and why (``OverlapPlan.change_lines``)."""
     if plan is None:
-        return ["EP overlap off (as asked): nothing of overlap was set"]
+        return ["EP overlap off (as asked): no overlap plan; the finalized fields below are what the run gets"]
     return plan.change_lines()
 
 
