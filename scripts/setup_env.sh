@@ -27,8 +27,17 @@ find_python312() {
   return 1
 }
 
+# The megatron-core wheel's datasets folder lacks the Makefile MB's initialize runs (`doctor` reports
+# it): add the no-op one (scripts/dataset_makefile.sh owns its text). Also on a ready venv: cheap.
+datasets_makefile() {
+  local ds
+  ds=$("$VENV/bin/python" -c 'import importlib.util, os; s = importlib.util.find_spec("megatron.core"); print(os.path.join(list(s.submodule_search_locations)[0], "datasets"))' 2>/dev/null) \
+    && bash scripts/dataset_makefile.sh "$ds"
+}
+
 STAMP_CONTENT="torch=$TORCH_VERSION mb=$MB_VERSION $(sha256sum requirements-ci.txt pyproject.toml | sha256sum | cut -c1-16)"
 if [ -f "$VENV/.setup-stamp" ] && [ "$(cat "$VENV/.setup-stamp")" = "$STAMP_CONTENT" ]; then
+  datasets_makefile
   echo "setup_env: $VENV is ready ($STAMP_CONTENT)"
   exit 0
 fi
@@ -41,5 +50,6 @@ PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 "${PIP[@]}" -r requirements-ci.txt
 "${PIP[@]}" --no-deps "megatron-bridge==$MB_VERSION"
 "${PIP[@]}" --no-deps -e .
+datasets_makefile
 echo "$STAMP_CONTENT" > "$VENV/.setup-stamp"
 echo "setup_env: ready at $VENV"

@@ -52,11 +52,6 @@ if source scripts/gpu/cuda_home.sh; then
 fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$SITE" . \
   || { echo "gpu/env.sh: project install failed" >&2; return 1; }
-# The megatron-core 0.19.2 wheel ships the compiled dataset helpers but not their Makefile, and
-# MB's initialize always runs `make -C megatron/core/datasets` (exit 1 without a Makefile).
-# `mbridge-ep-overlap doctor` reports this gap; here we add the no-op Makefile it recommends.
-DS="$SITE/megatron/core/datasets"
-if [ ! -f "$DS/Makefile" ] && ls "$DS"/helpers_cpp*.so >/dev/null 2>&1; then
-  printf 'default:\n\t@echo "helpers_cpp is prebuilt in the megatron-core wheel"\n' > "$DS/Makefile"
-fi
+# The megatron-core wheel's datasets folder lacks the Makefile MB's initialize runs (doctor reports it).
+bash scripts/dataset_makefile.sh "$SITE/megatron/core/datasets"
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" EP_OVERLAP_LOG_DIR="${LOG_DIR:-${EP_OVERLAP_LOG_DIR:-out/functional}}"

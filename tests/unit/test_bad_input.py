@@ -96,7 +96,8 @@ def test_bench_report_compares_each_shape_with_its_own_baseline(tmp_path):
 def test_run_script_bad_input(argv, code, needle, tmp_path, capsys):
     extra = [] if "--output-dir" in argv else ["--output-dir", str(tmp_path)]
     got, out, err = call(run.main, [*argv, "--dryrun", *extra], capsys)
-    assert got == code and needle in err, (got, err[-1500:])
+    said = out if code == 1 else err  # a refusal is the dry run's report (stdout); bad usage one line on stderr
+    assert got == code and needle in said, (got, out[-1500:], err[-1500:])
     assert "config:" not in out  # nothing was printed as if it had worked
 
 

@@ -86,7 +86,7 @@ def test_plan_refuses_values_no_run_can_have(capsys, argv, rule):
     assert code == 1 and data["accepted"] is False and "prediction" not in data
     assert rule in {v["rule_id"] for v in data["violations"]}
     code, out = _plan(capsys, "--predict", *argv)  # the text form: one refusal, no traceback
-    assert code == 1 and out.startswith("qwen3_moe_proxy: REFUSED") and f"[error] {rule}:" in out
+    assert code == 1 and out.startswith("qwen3_moe_proxy on described: 2x h200: REFUSED") and f"[error] {rule}:" in out
     if argv[-1].endswith("=inf"):
         assert next(v for v in data["violations"] if v["rule_id"] == rule)["current"] == "inf"
 
@@ -107,10 +107,12 @@ def test_plan_json_writer_never_writes_infinity_or_nan(capsys):
     import argparse
 
     from mbridge_ep_overlap.tools import plan_command
+    from mbridge_ep_overlap.tools.plan_report import Outcome
 
     data = {"a": float("inf"), "b": [float("-inf"), {"c": float("nan")}], "d": (1.5, 10**5000), "e": 2**64}
-    with mock.patch.object(plan_command, "_collect", return_value=(0, data, [])):
-        assert plan_command.main(argparse.Namespace(json=True)) == 0
+    with mock.patch.object(plan_command, "judge", return_value=Outcome(0, [], data)), \
+            mock.patch.object(plan_command, "spec_from_args"):
+        assert plan_command.main(argparse.Namespace(json=True, predict=None, rules=False)) == 0
     assert _strict_json(capsys.readouterr().out) == {"a": "inf", "b": ["-inf", {"c": "nan"}],
                                                      "d": [1.5, "a 16610-bit integer"], "e": 2**64}
 

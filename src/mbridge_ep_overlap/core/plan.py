@@ -55,6 +55,13 @@ class OverlapPlan:
         return None
 
     def to_dict(self) -> dict:
+        changes = []
+        for c in self.changes:
+            row = c.to_dict()
+            fields = self._created_fields(c)
+            if fields is not None:
+                row["new"] = {"type": type(c.new).__name__, **{k: jsonable(v) for k, v in fields.items()}}
+            changes.append(row)
         return {
             "dispatcher": self.dispatcher,
             "dispatcher_reason": self.dispatcher_reason,
@@ -63,7 +70,7 @@ class OverlapPlan:
             "high_priority_a2a": self.high_priority_a2a,
             "resolve": self.resolve,
             "environment": self.environment,
-            "changes": [c.to_dict() for c in self.changes],
+            "changes": changes,
             "env_vars": dict(self.env_vars),
             "env_vars_kept": dict(self.env_vars_kept),
             "env_vars_changed": dict(self.env_vars_changed),
@@ -72,46 +79,53 @@ class OverlapPlan:
             "not_checked": list(self.not_checked),
         }
 
+    def _created_fields(self, change: FieldChange) -> dict[str, Any] | None:
+        """For a config object the plan created (``comm_overlap``): the fields the plan then set in it,
+        with the values the run gets - the object as recorded at creation still holds None there."""
+        if change.new is None or isinstance(change.new, (bool, int, float, str, list, tuple, dict)):
+            return None
+        later = {c.path[len(change.path) + 1:]: c.new for c in self.changes if c.path.startswith(change.path + ".")}
+        return later or None
+
+    def _shown(self, change: FieldChange) -> str:
+        fields = self._created_fields(change)
+        if fields is None:
+            return short(change.new)
+        return f"{type(change.new).__name__}({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
+
+    def change_lines(self) -> list[str]:
+        """What changed and why (each field ``old -> new`` with its reason, the environment variables),
+        then the dispatcher, delayed wgrad, stream priority and notes - the plan as every front end
+        prints it."""
+        out = ["what changed (field: old -> new, why):"]
+        out += [f"  {c.path}: {short(c.old)} -> {self._shown(c)}  ({c.reason})" for c in self.changes]
+        if not self.changes:
+            out.append("  (no field changed)")
+        out += [f"  env {k}={v}  (set in cfg.env_vars)" for k, v in self.env_vars.items()]
+        out += [f"  env {k}={v}  (kept: set before the plan, by the recipe or you)" for k, v in self.env_vars_kept.items()]
+        out += [f"  env {k}={'(unset)' if v is None else v}  (what the run gets: set after the plan, by an override "
+                "or the launcher)" for k, v in self.env_vars_changed.items()]
+        delay = ("on" if self.delay_wgrad else "off") + (f" ({self.delay_wgrad_reason})" if self.delay_wgrad_reason else "")
+        out += [f"  dispatcher  : {self.dispatcher} ({self.dispatcher_reason})",
+                f"  delay wgrad : {delay}",
+                f"  a2a stream  : {'high priority' if self.high_priority_a2a else 'default priority'}",
+                f"  resolve     : {self.resolve}"]
+        out += [f"  NOTE: {n}" for n in self.notes]
+        return out
+
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
     def to_table(self) -> str:
-        delay = ("on" if self.delay_wgrad else "off") + (f" ({self.delay_wgrad_reason})" if self.delay_wgrad_reason else "")
-        lines = [
-            "EP overlap plan",
-            f"  environment : {self.environment}",
-            f"  dispatcher  : {self.dispatcher} ({self.dispatcher_reason})",
-            f"  delay wgrad : {delay}",
-            f"  a2a stream  : {'high priority' if self.high_priority_a2a else 'default priority'}",
-            f"  resolve     : {self.resolve}",
-            "",
-        ]
-        rows = [("field", "old", "new", "reason")] + [(c.path, short(c.old), short(c.new), c.reason) for c in self.changes]
-        lines += _table(rows) if self.changes else ["  (no field changed)"]
-        if self.env_vars or self.env_vars_kept or self.env_vars_changed:
-            lines.append("")
-            lines += [f"  env {k}={v}  (set in cfg.env_vars)" for k, v in self.env_vars.items()]
-            lines += [f"  env {k}={v}  (kept: already set by you)" for k, v in self.env_vars_kept.items()]
-            lines += [f"  env {k}={'(unset)' if v is None else v}  (what the run gets: set after the plan, by an "
-                      "override or the launcher)" for k, v in self.env_vars_changed.items()]
+        """The plan on its own (the API, a training run's log): its changes, then its warnings and the
+        rules it could not check. The CLI's report (``tools.plan_report``) shows the same change lines."""
+        lines = ["EP overlap plan", f"  environment : {self.environment}", *self.change_lines()]
         for w in self.warnings:
-            lines.append(f"  {w.severity.value.upper()}: {w.rule_id}: {w.message} ({w.field} = {w.current!r}). "
+            lines.append(f"  {w.severity.value.upper()}: {w.rule_id}: {w.message} ({w.field} = {short(w.current, 400)}). "
                          f"Fix: {w.fix}")
-        for n in self.notes:
-            lines.append(f"  NOTE: {n}")
         if self.not_checked:
             lines.append(f"  not checked here (facts unknown): {', '.join(self.not_checked)}")
         return "\n".join(lines)
 
     __str__ = to_table
 
-
-def _table(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
-    out = []
-    for n, r in enumerate(rows):
-        cells = [str(c).ljust(w) for c, w in zip(r[:-1], widths)]
-        out.append("  " + "  ".join(cells) + "  " + str(r[-1]))
-        if n == 0:
-            out.append("  " + "  ".join("-" * w for w in widths) + "  " + "-" * 6)
-    return out

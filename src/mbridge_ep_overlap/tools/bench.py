@@ -374,9 +374,25 @@ def variant_spec(base: RunSpec, variant: str | Variant) -> RunSpec:
     return spec.replace(overrides=(*spec.overrides, *v.overrides)) if v.overrides else spec
 
 
+# run flags after ``--`` that a variant sets, and the variant syntax that does it
+_VARIANT_SYNTAX = {
+    "ep_overlap": "each variant sets overlap on or off: --variants off,overlap",
+    "dispatcher": "the variant names the dispatcher: --variants off,overlap,deepep,hybridep",
+    "delay_wgrad": "the variant sets it: --variants off,overlap+delay_wgrad",
+    "high_priority_a2a": "the variant sets it: --variants off,overlap:hiprio",
+    "a2a_priority": "the variant sets it: --variants off,overlap:hiprio",
+}
+# what bench takes from the flags after ``--``: the sizes, the overrides, the architecture folder
+# (forced balance is what bench sets anyway)
+_CARRIED = {"set_overrides", "overrides", "hf_config_dir", "force_balance"}
+
+
 def shape_spec(recipe: str, shape: str, steps: int, extra: list[str]) -> RunSpec:
     """The spec every variant starts from: recipe, steps, forced balance, the shape, then the
-    user's flags and overrides given after ``--`` (they win)."""
+    user's sizes, overrides and architecture folder given after ``--`` (they win). Any other run flag
+    there is bad usage naming each such flag - bench would drop it: a variant sets overlap, the
+    dispatcher, delayed wgrad and the stream priority (``_VARIANT_SYNTAX``), and the target is this
+    machine."""
     from .flags import SIZE_FLAGS, add_spec_arguments, parse
     from .exits import OneLineArgumentParser
 
@@ -385,10 +401,20 @@ def shape_spec(recipe: str, shape: str, steps: int, extra: list[str]) -> RunSpec
     parser = OneLineArgumentParser(prog="bench -- (run flags)")
     add_spec_arguments(parser, recipe_default=recipe)
     user = parse(parser, extra)
+    carried = _CARRIED | set(SIZE_FLAGS.values())
+    dropped = [a for a in parser._actions if a.dest not in carried and a.option_strings
+               and getattr(user, a.dest, a.default) != a.default]
+    if dropped:
+        why = [f"{a.option_strings[-1]} ({_VARIANT_SYNTAX.get(a.dest, 'bench runs on this machine' if a.dest != 'recipe' else 'use bench --recipe')})"
+               for a in dropped]
+        raise UsageError("run flags after --", " ".join(a.option_strings[-1] for a in dropped),
+                         f"only sizes, --set/key=value overrides, --hf-config-dir and --force-balance; bench would drop "
+                         f"{'; '.join(why)}", "unused")
     sizes = {name: getattr(user, name) for name in SIZE_FLAGS.values() if getattr(user, name) is not None}
     shaped = {"max_steps": steps, **SHAPES[shape], **sizes}
     overrides = (*shaped.pop("overrides", ()), *user.set_overrides, *user.overrides)
-    return RunSpec(recipe=recipe, force_balance=True, overrides=overrides, **shaped).validated()
+    return RunSpec(recipe=recipe, force_balance=True, overrides=overrides, hf_config_dir=user.hf_config_dir,
+                   **shaped).validated()
 
 
 def validate_request(recipe: str, nproc: int, variants: list[str], links: list[str], steps: int, warmup: int,
@@ -583,15 +609,23 @@ def report(folders: list[Path], out: Path, title: str) -> list[VariantResult]:
     """One table and plot from several bench output folders (e.g. one per link or machine run).
 
     Each folder is compared against its own ``off`` rows; the rows are then put side by side. Every
-    file is read and checked before anything is computed or written (bad usage names the file, the
-    row and the field).
+    file is read and checked before anything is computed or written (bad usage names every bad
+    folder, file and row, with its field, in one line).
     """
     loaded: list[tuple[Path, list[VariantResult]]] = []
+    problems: list[UsageError] = []
     for folder in folders:
         path = Path(folder) / "results.json"
-        if not path.exists():
-            raise UsageError("--report folder", str(folder), "a bench output folder holding results.json")
-        loaded.append((Path(folder), load_results(path)))
+        try:
+            if not path.exists():
+                raise UsageError("--report folder", str(folder), "a bench output folder holding results.json")
+            loaded.append((Path(folder), load_results(path)))
+        except UsageError as e:
+            problems.append(e)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:  # every bad folder and row named, in one line
+        raise UsageError("--report", f"{len(problems)} folders", "; ".join(str(e) for e in problems), "invalid")
     results: list[VariantResult] = []
     for folder, rows in loaded:
         for r in rows:
@@ -653,11 +687,11 @@ def add_parser(sub) -> None:
                    help="search the overlap knobs (off + overlap, then one knob at a time on the best) within --budget")
     t.add_argument("--budget", type=positive_int, default=None, metavar="SECONDS",
                    help="--tune: wall-clock budget of this invocation (runs are estimated from the previous ones)")
-    t.add_argument("--dispatcher", default="alltoall", choices=("alltoall", "deepep", "hybridep"),
-                   help="--tune: the overlapped dispatcher to tune")
-    t.add_argument("--mem-tolerance", type=float, default=0.02,
+    t.add_argument("--dispatcher", default=None, choices=("alltoall", "deepep", "hybridep"),
+                   help="--tune: the overlapped dispatcher to tune (default alltoall)")
+    t.add_argument("--mem-tolerance", type=float, default=None,
                    help="--tune: peak memory allowed above the overlap baseline's, as a fraction (default 0.02)")
-    t.add_argument("--min-gain", type=float, default=0.005,
+    t.add_argument("--min-gain", type=float, default=None,
                    help="--tune: a knob is kept when it is at least this fraction faster (default 0.005)")
     p.add_argument("extra", nargs="*", help="run_script flags / key=value overrides for every variant (after --)")
     p.set_defaults(handler=_main)
@@ -665,6 +699,13 @@ def add_parser(sub) -> None:
 
 def _main(args) -> int:
     shape = "comm-bound" if args.comm_bound else args.shape
+    if not args.tune:
+        given = [flag for flag, value in (("--budget", args.budget), ("--dispatcher", args.dispatcher),
+                                          ("--mem-tolerance", args.mem_tolerance), ("--min-gain", args.min_gain))
+                 if value is not None]
+        if given:
+            raise UsageError("tune-only flags", " ".join(given), "only with --tune (a plain bench names its "
+                             "dispatchers in --variants, e.g. --variants off,overlap,hybridep)", "unused")
     if args.report:
         results = report([Path(d) for d in args.report], Path(args.out or "out/bench"),
                          f"{args.recipe}: {', '.join(args.report)}")
@@ -677,7 +718,8 @@ def _main(args) -> int:
         links = (args.links or "throttled").split(",")
         outcomes = tune_links(args.recipe, args.nproc, shape, links, Path(args.out or "out/tune"), args.budget,
                               steps=args.steps or 8, warmup=args.warmup, profile=args.profile, extra=args.extra,
-                              dispatcher=args.dispatcher, mem_tolerance=args.mem_tolerance, min_gain=args.min_gain)
+                              **{k: v for k, v in (("dispatcher", args.dispatcher), ("mem_tolerance", args.mem_tolerance),
+                                                   ("min_gain", args.min_gain)) if v is not None})  # else tune's defaults
         return 0 if all(o.winner is not None for o in outcomes) else 1
     extra_variants = {"tuned": load_tuned_variant(Path(args.tuned))} if args.tuned else None
     results = run_bench(args.recipe, args.nproc, args.variants.split(","), (args.links or "nvlink,throttled").split(","),

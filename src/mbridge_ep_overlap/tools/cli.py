@@ -8,6 +8,9 @@ Contract
   (``tools.plan_command``). Exit 0 accepted, 1 refused (every violation printed).
 * ``recipes``: the registered recipes.
 * ``bench`` / ``verify-log``: the evidence tools (``tools.bench``, ``tools.logs``).
+``-v`` (before or after the command; or ``EP_OVERLAP_VERBOSE=1``): the libraries' warnings as they wrote
+them, instead of import noise in one line and the warnings about the config in a section of their own
+(``tools.upstream_warnings``).
 Bad input: one line naming the bad value and the allowed ones, exit 2, no traceback.
 
 Start-up: building the parser imports neither torch nor Megatron; a command imports what it needs
@@ -40,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     from . import bench, logs, plan_command
 
     p = OneLineArgumentParser(prog="mbridge-ep-overlap", description=__doc__.split("\n")[0])
+    p.add_argument("-v", "--verbose", action="store_true", dest="verbose_all",
+                   help="print every warning the libraries raise as they wrote it (same as EP_OVERLAP_VERBOSE=1)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineArgumentParser)
     sub.add_parser("doctor", help="print this machine's EP-overlap environment and verdicts").set_defaults(handler=_doctor)
     sub.choices["doctor"].add_argument("--smoke", action="store_true", help="run each dispatcher on 2 GPUs")
@@ -52,5 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    verbose = args.verbose_all or getattr(args, "verbose", False)
     logging.basicConfig(level=logging.WARNING)
-    return run_reporting_errors("mbridge-ep-overlap", lambda: args.handler(args), hold_stderr=True)
+    return run_reporting_errors("mbridge-ep-overlap", lambda: args.handler(args), hold_stderr=not verbose)

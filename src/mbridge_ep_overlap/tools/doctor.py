@@ -1,6 +1,7 @@
 """``mbridge-ep-overlap doctor``: this machine in a block a user can paste into an issue.
 
-Contract: versions (Python, torch, Megatron-Core, Megatron-Bridge, Transformer Engine, DeepEP and
+Contract: one fenced block (the whole of it, ready to paste into an issue): this package's version
+and where it is imported from, versions (Python, torch, Megatron-Core, Megatron-Bridge, Transformer Engine, DeepEP and
 whether it has NVSHMEM kernels), GPUs, NCCL, NVSHMEM, the relevant environment variables, the
 active import shims and the megatron-core dataset-helper gap, then a verdict per dispatcher from the same facts
 the rules read (``core.dispatcher.problems``) plus this node's cached smoke-check verdict
@@ -15,14 +16,15 @@ from __future__ import annotations
 
 import platform
 import sys
+from pathlib import Path
 
+from .. import __version__
 from ..core.errors import UsageError
 
 
 def dataset_helpers_gap() -> str | None:
     """MB's initialize runs ``make -C megatron/core/datasets``; the PyPI wheel has no Makefile there."""
     import importlib.util
-    from pathlib import Path
 
     spec = importlib.util.find_spec("megatron.core.datasets")
     if spec is None or not spec.submodule_search_locations:
@@ -33,8 +35,8 @@ def dataset_helpers_gap() -> str | None:
     prebuilt = any(folder.glob("helpers_cpp*.so"))
     return (
         f"{folder}/Makefile is missing: MB pretrain() exits at 'compiling dataset index builder'. Fix: "
-        + (f"printf 'default:\\n\\t@true\\n' > {folder}/Makefile  (helpers_cpp is prebuilt)" if prebuilt
-           else "install megatron-core from source, or build helpers_cpp")
+        + (f"bash scripts/dataset_makefile.sh {folder}  (a no-op Makefile: helpers_cpp is prebuilt; "
+           "scripts/setup_env.sh runs it)" if prebuilt else "install megatron-core from source, or build helpers_cpp")
     )
 
 
@@ -48,7 +50,8 @@ def doctor_lines() -> list[str]:
 
     shims.install()
     env = probe()
-    lines = ["mbridge-ep-overlap doctor", "```"]
+    lines = ["```", "mbridge-ep-overlap doctor"]
+    lines.append(f"mbridge-ep-overlap: {__version__} ({Path(__file__).resolve().parents[1]})")
     lines.append(f"python            : {platform.python_version()} ({sys.executable})")
     lines.append(f"torch             : {torch.__version__} (CUDA {torch.version.cuda})")
     lines.append(f"megatron-core     : {env.mcore_version or 'missing'}")
@@ -83,7 +86,6 @@ def doctor_lines() -> list[str]:
         lines.append("env CUDA_DEVICE_MAX_CONNECTIONS unset (CUDA default 8; enable_ep_overlap puts 32 in cfg.env_vars)")
     gap = dataset_helpers_gap()
     lines.append(f"dataset helpers   : {'OK' if gap is None else 'PROBLEM: ' + gap}")
-    lines.append("```")
     lines.append("dispatchers for EP overlap on this machine:")
     smoked = _cached_smoke(env)
     for name in dispatcher.DISPATCHERS[:-1]:
@@ -99,7 +101,7 @@ def doctor_lines() -> list[str]:
     ep = max(env.gpus_per_node or 1, 2)
     auto = dispatcher.decide("auto", _Model(ep), env, "error", keep_current=False)
     lines.append(f"  auto      -> {auto.dispatcher} at EP={ep} ({auto.reason})")
-    return lines
+    return [*lines, "```"]
 
 
 def _cached_smoke(env) -> dict | None:

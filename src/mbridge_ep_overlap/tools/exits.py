@@ -9,7 +9,9 @@ Megatron logs to stdout. ``run_reporting_errors(..., hold_stderr=True)`` holds w
 stderr and stdout while a command prepares (importing Megatron alone prints ~25 warning lines on a
 machine without TE/APEX/CUDA, and ``megatron.training`` routes the root logger to stdout at INFO):
 on bad usage only the one line is printed, stdout stays empty; on any other outcome the held text
-is written out, unchanged, each to its own stream. ``release_stderr()`` ends the hold early, before
+is written out, each to its own stream, except the libraries' warnings: those are collected
+meanwhile (``tools.upstream_warnings``) and written after it - import noise in one line with its
+count, warnings about the run de-duplicated in a section of their own. ``release_stderr()`` ends the hold early, before
 work whose output must stream (training, launches, the smoke check). Nothing is held in a torchrun
 rank (its stderr is its log) or with ``EP_OVERLAP_VERBOSE=1``; faulthandler keeps writing to the
 real stderr during a hold (``crash_stream``).
@@ -26,6 +28,12 @@ import tempfile
 from typing import Callable, Iterator
 
 from ..core.errors import EPOverlapError, UpstreamRefusal, UsageError
+from .upstream_warnings import Collector
+
+
+class ReportedRefusal(Exception):
+    """A refusal whose report (every violation) a command has already printed on stdout: exit 1, and
+    one line on stderr saying so."""
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -59,6 +67,9 @@ def run_reporting_errors(prog: str, action: Callable[[], int], hold_stderr: bool
     except UsageError as e:
         _end(hold, replay=False)
         return _say(f"{prog}: error: {' '.join(str(e).split())}", 2)
+    except ReportedRefusal as e:
+        _end(hold, replay=True)
+        return _say(f"{prog}: {e} (every violation is listed on stdout)", 1)
     except (EPOverlapError, UpstreamRefusal) as e:
         _end(hold, replay=True)
         return _say(f"{prog}: {e}", 1)
@@ -145,6 +156,7 @@ class _Hold:
         self.err = _Held(2)
         self.saved_fd = self.err.saved_fd
         self.out = _hold_stdout()
+        self.warnings = Collector().start()
         self.faulthandler = faulthandler.is_enabled()
         if self.faulthandler:
             faulthandler.enable(file=self.saved_fd, all_threads=True)
@@ -169,6 +181,7 @@ class _Hold:
         for stream in (sys.stderr, sys.stdout):
             with contextlib.suppress(Exception):
                 stream.flush()
+        self.warnings.stop()
         self.err.restore()
         if self.faulthandler or faulthandler.is_enabled():  # enabled meanwhile: it wrote to fd 2
             faulthandler.enable(file=sys.__stderr__ if sys.__stderr__ is not None else 2, all_threads=True)
@@ -189,6 +202,10 @@ class _Hold:
             else:
                 sys.stdout.write(out.decode(errors="replace"))
             sys.stdout.flush()
+        if replay and self.warnings.summary():
+            with contextlib.suppress(Exception):
+                sys.stderr.write("\n".join(self.warnings.summary()) + "\n")
+                sys.stderr.flush()
 
 
 def _end(hold: _Hold | None, replay: bool) -> None:

@@ -60,6 +60,8 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, recipe_default: str |
     t.add_argument("--te", default=None, metavar="VERSION|none",
                    help="Transformer Engine on the target (default: the reference stack of MB 0.6.2)")
     t.add_argument("--deep-ep", default=None, metavar="VERSION|none", help="DeepEP on the target (default: unknown)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="print every warning the libraries raise as they wrote it (same as EP_OVERLAP_VERBOSE=1)")
     parser.add_argument("overrides", nargs="*", help="Hydra-style key=value overrides, applied last")
 
 

@@ -205,15 +205,30 @@ def load_results(path: Path) -> list[VariantResult]:
         found = "an empty list" if isinstance(data, list) else f"a {type(data).__name__}"
         raise UsageError("bench results file", str(path), f"a results.json written by bench: a list of rows (found {found})",
                          "invalid")
-    rows = []
+    rows, bad = [], []
     for i, d in enumerate(data, 1):
         try:
             rows.append(result_from_row(d))
         except RowError as e:
             label = f" ({d.get('link')}/{d.get('variant')})" if isinstance(d, dict) and "variant" in d else ""
-            raise UsageError(f"bench results file {str(path)!r}, row {i}{label}, field {e.field} =", Shown(e.value),
-                             e.required, "invalid") from None
+            bad.append((f"row {i}{label}, field {e.field} =", Shown(e.value), e.required))
+    if len(bad) == 1:
+        where, value, required = bad[0]
+        raise UsageError(f"bench results file {str(path)!r}, {where}", value, required, "invalid")
+    if bad:  # every bad row named, in one line
+        raise UsageError(f"bench results file {str(path)!r}: {len(bad)} bad rows:", BadRows(bad),
+                         "the fields bench writes (tools/results.py ROW_FIELDS)", "invalid")
     return rows
+
+
+class BadRows:
+    """The bad rows of a results file, each with its first bad field and what it needs, for one line."""
+
+    def __init__(self, rows: list[tuple[str, "Shown", str]]) -> None:
+        self.rows = rows
+
+    def __repr__(self) -> str:
+        return "; ".join(f"{where} {value!r} (required: {required})" for where, value, required in self.rows)
 
 
 class Shown:

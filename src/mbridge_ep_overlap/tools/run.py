@@ -2,13 +2,16 @@
 
 Contract
 --------
-``main(argv)`` maps the flags onto a ``RunSpec`` (``tools.flags``) and builds it (``pipeline.build``:
+``main(argv)`` maps the flags - ours, or Megatron-Bridge's performance-script spellings of those we
+share (``tools.mb_flags``: same meaning; ``--moe_a2a_overlap false`` really turns overlap off; any
+other flag of theirs refused by name) - onto a ``RunSpec`` (``tools.flags``) and builds it (``pipeline.build``:
 recipe, sizes, EP overlap on or *really* off, overrides, one rule evaluation), then either
 
 * ``--dryrun``: runs MB's ``runtime_config_update`` for the described target (``--gpu``,
-  ``--num-gpus``, ``--te``; hardware and version gates simulated, nothing else), prints the
-  finalized EP-overlap fields one per line as ``name: value``, writes the resolved YAML and prints
-  its path; or
+  ``--num-gpus``, ``--te``; hardware and version gates simulated, nothing else), prints the report
+  ``plan`` prints (``tools.plan_report``: the verdict, what changed, the rules that fail, advise or
+  could not be checked, the finalized fields one per line as ``name: value``) on stdout - a refusal
+  too, exit 1 -, writes the resolved YAML and prints its path; or
 * trains on this machine (the target is probed): MB's ``pretrain()`` with
   ``mbridge_ep_overlap.forward_step`` (MB's GPT step whose overlapped path also passes packed
   sequences), wrapped by ``evidence.ScheduleCounter`` and recorded by ``evidence.RunRecorder``
@@ -30,12 +33,23 @@ from pathlib import Path
 from ..core.errors import UsageError
 from .exits import OneLineArgumentParser, crash_stream, release_stderr, run_reporting_errors
 from .flags import add_spec_arguments, parse, spec_from_args
+from .mb_flags import TABLE as MB_TABLE
+from .mb_flags import translate
+from .plan_report import judge
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineArgumentParser(prog="run_script.py", description="Train or dry-run an EP-overlap recipe with Megatron-Bridge.")
+    p = OneLineArgumentParser(prog="run_script.py", description="Train or dry-run an EP-overlap recipe with Megatron-Bridge.",
+                              epilog="Megatron-Bridge's performance-script spellings of the flags shared with them are "
+                                     "accepted with the same meaning: " + "; ".join(
+                                         f"{mb} = {ours}" for mb, ours, _ in MB_TABLE) + " (docs/run_script.md). "
+                                     "Any other flag of theirs is refused by name.")
     add_spec_arguments(p)
     p.add_argument("--dryrun", action="store_true", help="finalize for the target and write the resolved YAML; no training")
+    p.add_argument("--rules", action="store_true", help="dry run: every rule of the table, not only those that fail, "
+                   "advise or could not be checked")
+    p.add_argument("--predict", action=argparse.BooleanOptionalAction, default=False,
+                   help="dry run: the predicted step time with overlap off and on (docs/prediction.md)")
     p.add_argument("--output-dir", default="out/run_script", help="where the YAML / summary go")
     p.add_argument("--summary-json", default=None, help="training: write the evidence summary here")
     p.add_argument("--profile-steps", default=None, metavar="A:B",
@@ -45,11 +59,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = build_parser()
+    try:
+        argv = translate(argv)
+    except UsageError as e:
+        parser.error(str(e))
     args = parse(parser, argv)
     if args.dryrun:
         for flag, value in (("--summary-json", args.summary_json), ("--profile-steps", args.profile_steps)):
             if value is not None:
                 parser.error(f"{flag} applies to training; a --dryrun trains nothing (drop one of them)")
+    else:
+        for flag, value in (("--rules", args.rules), ("--predict", args.predict)):
+            if value:
+                parser.error(f"{flag} applies to a --dryrun (training prints the plan, not the report)")
     if args.profile_steps is not None:
         a, sep, b = args.profile_steps.partition(":")
         if not (sep and re.fullmatch(r"[0-9]+", a) and re.fullmatch(r"[0-9]+", b) and int(a) < int(b)):
@@ -72,15 +94,12 @@ def writable_folder(path: str) -> Path:
 
 
 def dry_run(args: argparse.Namespace) -> int:
-    from ..pipeline import build, finalize
-
     out = writable_folder(args.output_dir)
-    built = build(spec_from_args(args))
-    if built.plan is not None:
-        print(built.plan.to_table())
-    result = finalize(built)
-    for line in result.lines():
-        print(line)
+    outcome = judge(spec_from_args(args), predict=args.predict, all_rules=args.rules)
+    print("\n".join(outcome.lines))
+    if outcome.code:
+        return outcome.code
+    built = outcome.built
     yaml_path = out / f"{built.recipe.name.replace(':', '.')}.yaml"
     built.cfg.to_yaml(str(yaml_path))
     print(f"config: {yaml_path}")
@@ -150,4 +169,4 @@ def _train(args: argparse.Namespace, out: Path, summary: str | None, counter, st
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    return run_reporting_errors("run_script.py", lambda: dry_run(args) if args.dryrun else train(args), hold_stderr=True)
+    return run_reporting_errors("run_script.py", lambda: dry_run(args) if args.dryrun else train(args), hold_stderr=not args.verbose)

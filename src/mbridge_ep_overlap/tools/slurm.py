@@ -35,8 +35,9 @@ from pathlib import Path
 
 from ..core.errors import UsageError
 from ..core.values import env_value
-from .exits import OneLineArgumentParser, positive_int, run_reporting_errors, stdout_to_stderr
+from .exits import OneLineArgumentParser, positive_int, run_reporting_errors
 from .flags import add_spec_arguments, parse, spec_from_args, to_argv
+from . import plan_report
 from .launch import launch_environment
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -163,21 +164,18 @@ def _check_job_size(args: argparse.Namespace) -> None:
 
 
 def _emit(args: argparse.Namespace) -> int:
-    from ..pipeline import build, finalize
-
     _check_job_size(args)
     for flag in ("--job-name", "--time", "--log-dir", "--partition", "--account"):  # before the 10-s build
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is not None:
             _sbatch_value(flag, value)
     spec = spec_from_args(args, num_gpus=args.nodes * args.gpus_per_node)
-    with stdout_to_stderr():
-        built = build(spec)
-        finalize(built)  # MB's own finalize for the job's cluster, as `plan` runs it: what plan refuses is refused here
+    outcome = plan_report.for_job(spec)  # plan's build, finalize and report: what plan refuses is refused here
+    built = outcome.built
     recipe_env = job_environment(built.cfg)
     env_vars = launch_environment(recipe_env) if args.nvlink_multicast == "off" else recipe_env
     overridden = {k: v for k, v in recipe_env.items() if env_vars.get(k) != v}
-    script = render(args, to_argv(spec), env_vars, overridden)
+    script = plan_report.into_script(render(args, to_argv(spec), env_vars, overridden), outcome)
     if args.dryrun:
         print(script, end="", flush=True)
         return 0
@@ -192,4 +190,4 @@ def _emit(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(build_parser(), sys.argv[1:] if argv is None else argv)
-    return run_reporting_errors("launch_slurm.py", lambda: _emit(args), hold_stderr=True)
+    return run_reporting_errors("launch_slurm.py", lambda: _emit(args), hold_stderr=not args.verbose)

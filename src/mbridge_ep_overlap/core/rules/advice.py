@@ -49,9 +49,10 @@ def _for(name: str) -> Callable[[Facts], bool]:
 @family("predicted-gain-alltoall", When.OVERLAP, "model.moe_token_dispatcher_type", severity=Severity.ADVICE,
         required=_REQUIRED, needs=_for("alltoall"), current=_verdict)
 def predicted_gain_alltoall(f: Facts) -> bool:
-    """EP overlap with alltoall is predicted to gain little on this target, or another dispatcher is
-    predicted clearly faster there (step-time model, docs/prediction.md; measured on 2x H200 NVLink
-    at EP 2: 0.88-1.02x of overlap off).
+    """EP overlap with alltoall is not the best choice predicted for this target: the value found
+    says why - its own predicted gain is small, or another dispatcher is predicted clearly faster
+    there (step-time model, docs/prediction.md; the measurements so far, on 2x H200 only, are in
+    docs/benchmarks.md).
 
     Fix: benchmark before keeping it (mbridge-ep-overlap bench), or turn overlap off, or use the
     faster dispatcher (dispatcher='auto' ranks the installed ones by the prediction).
@@ -62,9 +63,10 @@ def predicted_gain_alltoall(f: Facts) -> bool:
 @family("predicted-gain-deepep", When.OVERLAP_FLEX, "model.moe_flex_dispatcher_backend", severity=Severity.ADVICE,
         required=_REQUIRED, needs=_for("deepep"), current=_verdict)
 def predicted_gain_deepep(f: Facts) -> bool:
-    """EP overlap with DeepEP is predicted to gain little on this target, or another dispatcher is
-    predicted clearly faster there (step-time model, docs/prediction.md; measured on 2x H200 at EP 2:
-    0.75-0.90x of overlap off, its dispatch makes the CPU wait for the GPU).
+    """EP overlap with DeepEP is not the best choice predicted for this target: the value found says
+    why - its own predicted gain is small, or another dispatcher is predicted clearly faster there
+    (step-time model, docs/prediction.md; the measurements so far, on 2x H200 only, are in
+    docs/benchmarks.md).
 
     Fix: use the faster dispatcher (dispatcher='auto' ranks the installed ones by the prediction),
     or benchmark it (mbridge-ep-overlap bench --variants off,deepep).

@@ -53,14 +53,16 @@ TE_ONLY_FEATURES = (  # model field -> the value that needs Transformer Engine
 )
 
 
-def _te_features_on(f: Facts) -> list[str]:
-    on = [name for name, value in TE_ONLY_FEATURES if f.model(name) == value]
+def _te_features_on(f: Facts) -> dict[str, object]:
+    """Each setting that needs Transformer Engine, with its value (the field and the value it has)."""
+    on = {f"model.{name}": value for name, value in TE_ONLY_FEATURES if f.model(name) == value}
     if getattr(getattr(f.cfg, "optimizer", None), "use_precision_aware_optimizer", False):
-        on.append("optimizer.use_precision_aware_optimizer")
+        on["optimizer.use_precision_aware_optimizer"] = True
     return on
 
 
-@family("te-features-need-te", When.ALWAYS, "model.transformer_impl", required="Transformer Engine on the target",
+@family("te-features-need-te", When.ALWAYS, "model.* / optimizer.use_precision_aware_optimizer (TE-only settings)",
+        required="Transformer Engine on the target",
         needs=te_known, current=_te_features_on, upstream=Upstream.MCORE,
         upstream_match="not available. Please install TE|requires FusedAdam from TransformerEngine")
 def te_features_need_te(f: Facts) -> bool:

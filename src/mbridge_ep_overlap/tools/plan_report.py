@@ -1,0 +1,191 @@
+"""The plan as a user reads it: one renderer for ``plan``, ``run_script.py --dryrun`` and ``launch_slurm.py``.
+
+Contract: ``judge(spec, ...)`` builds the spec (``pipeline.build``) and finalizes it with MB's real
+``runtime_config_update`` for the target (``pipeline.finalize``), Megatron's own prints sent to stderr
+meanwhile, and returns an ``Outcome``: the exit code (0 accepted, 1 refused), the lines of the report
+and the same as data for ``--json``. A bad spec raises ``UsageError`` (exit 2, one line, from the caller).
+The report, in this order:
+
+1. **the verdict**, one line: ``<recipe> on <target>: ACCEPTED with EP overlap on|off`` or ``REFUSED``,
+   what overlap does on this target - which dispatcher's all-to-all it hides behind how many
+   microbatches, or that it **overlaps nothing** (one microbatch per rank per step) - and the predicted
+   step time with overlap off and on when a prediction was asked for and made;
+2. what changed and why: each field ``old -> new`` with the plan's reason (its provenance words are the
+   plan's, never recomputed here), the environment variables, the dispatcher, delayed wgrad, stream,
+   and a warning of the build that the final rule evaluation no longer reports (fixed by ``resolve``);
+3. only the rules that fail, advise or could not be checked (each with its message and fix); every rule
+   of the table with ``all_rules``;
+4. the fields as MB finalized them (``name: value``, one a line) and the prediction's details.
+
+Where it goes is the callers' contract, the same for all three: the report is the command's result and
+goes to **stdout**, refusals included; diagnostics (the libraries' warnings, Megatron's logging) go to
+**stderr**. ``launch_slurm.py`` writes the report as ``#`` comment lines of the job script, after
+its ``#SBATCH`` header (``into_script``), so what it prints stays a script ``sbatch`` accepts; its refusal is printed on
+stdout like the others (``for_job``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.errors import EPOverlapError, UpstreamRefusal
+from ..core.values import short
+from .exits import ReportedRefusal, stdout_to_stderr
+
+_QUIET = ("pass", "n/a")
+
+
+@dataclass
+class Outcome:
+    code: int
+    lines: list[str]
+    data: dict[str, Any] = field(default_factory=dict)
+    built: Any = None
+
+
+def judge(spec, *, predict: bool | None = False, all_rules: bool = False) -> Outcome:
+    """Build, finalize and render ``spec`` (module docstring). ``predict=None``: predict when the target
+    spans more than one node."""
+    from ..pipeline import build, finalize
+
+    data: dict[str, Any] = {"recipe": spec.recipe}
+    # the report prints every warning and advice of the plan: the library's own log line of each would
+    # say it a second time on stderr
+    ours = logging.getLogger("mbridge_ep_overlap")
+    level, ours.level = ours.level, logging.ERROR
+    built = None
+    try:
+        with stdout_to_stderr():
+            built = build(spec)
+            data["environment"] = built.target.to_dict()
+            result = finalize(built)
+    except (EPOverlapError, UpstreamRefusal) as e:
+        where = built.target.source if built is not None else _target_words(spec)
+        violations = list(getattr(e, "violations", []))
+        data.update(accepted=False, violations=[v.to_dict() for v in violations], error=str(e))
+        return Outcome(1, refusal_lines(spec.recipe, where, e), data, built)
+    finally:
+        ours.level = level
+    rows = built.report.status_rows()
+    data.update(plan=built.plan.to_dict() if built.plan else None, finalized=result.summary, accepted=True,
+                rules=[dict(zip(("rule", "status", "detail"), row)) for row in rows])
+    prediction, prediction_lines = None, []
+    if predict if predict is not None else (built.target.num_nodes or 1) > 1:
+        prediction, prediction_lines = _prediction(built)
+    data["prediction"] = prediction
+    lines = [verdict(built, result.summary, prediction), ""]
+    lines += change_lines(built.plan) + settled_lines(built.plan, built.report)
+    lines += ["", *rule_lines(built.report, rows, all_rules)]
+    lines += ["", "finalized by Megatron-Bridge (runtime_config_update, target simulated):", *result.lines()]
+    if prediction_lines:
+        lines += ["", *prediction_lines]
+    return Outcome(0, lines, data, built)
+
+
+def _target_words(spec) -> str:
+    """The target of a spec refused before its target was built: the described GPUs, else the recipe's."""
+    from ..spec import resolve_recipe
+
+    t = spec.target
+    if t.this_machine:
+        return "this machine"
+    entry = resolve_recipe(spec.recipe).entry
+    gpu, num = t.gpu or entry.gpu, t.num_gpus or entry.num_gpus
+    return f"described: {num or '?'}x {gpu or '?'}"
+
+
+def verdict(built, finalized: dict[str, Any], prediction: dict[str, Any] | None) -> str:
+    """The first line: accepted, what overlap does on this target, the prediction."""
+    head = f"{built.spec.recipe} on {built.target.source}: "
+    if built.plan is None:
+        return head + "ACCEPTED with EP overlap off (as asked)"
+    micro = finalized.get("num_microbatches")
+    what = f"ACCEPTED with EP overlap on ({built.plan.dispatcher})"
+    if isinstance(micro, int) and micro < 2:
+        gbs, mbs, dp = (finalized.get(k) for k in ("global_batch_size", "micro_batch_size", "data_parallel_size"))
+        what += (f", but it overlaps nothing here: {micro} microbatch per rank per step (global_batch_size {gbs} / "
+                 f"(micro_batch_size {mbs} x data-parallel size {dp})); overlap needs at least 2 - raise "
+                 f"global_batch_size to {2 * (mbs or 1) * (dp or 1)} or more")
+    elif isinstance(micro, int):
+        what += f": the {built.plan.dispatcher} dispatch and combine hidden behind expert compute of {micro} microbatches"
+    if prediction and "error" not in prediction:
+        what += (f"; predicted {prediction['off_step_s']:.4g} s -> {prediction['on_step_s']:.4g} s per step "
+                 f"({prediction['speedup']:.3f}x)")
+    elif prediction:
+        what += f"; no step-time prediction ({prediction['error']})"
+    return head + what
+
+
+def refusal_lines(recipe: str, where: str, error: Exception) -> list[str]:
+    """The verdict of a refused config and every violation (``str(error)`` lists them)."""
+    return [f"{recipe} on {where}: REFUSED", str(error)]
+
+
+def change_lines(plan) -> list[str]:
+    """What the plan changed and why (``OverlapPlan.change_lines``)."""
+    if plan is None:
+        return ["EP overlap off (as asked): no overlap plan; the finalized fields below are what the run gets"]
+    return plan.change_lines()
+
+
+def settled_lines(plan, report) -> list[str]:
+    """The plan's warnings the final rule evaluation no longer reports (``resolve='auto'`` fixed them):
+    what was found, and how it was settled, so nothing the build ran into is left unsaid."""
+    if plan is None:
+        return []
+    current = {v.rule_id for v in report.violations}
+    return [f"  {w.severity.value.upper()}: {w.rule_id}: {w.message} (found {w.field} = {short(w.current, 400)}). "
+            f"Fix: {w.fix}" for w in plan.warnings if w.rule_id not in current]
+
+
+def rule_lines(report, rows: list[tuple[str, str, str]], all_rules: bool) -> list[str]:
+    """The rules that fail, advise or could not be checked - each once, with message and fix - or, with
+    ``all_rules``, every row of the table."""
+    shown = rows if all_rules else [r for r in rows if r[1] not in _QUIET]
+    head = (f"rules ({len(rows)}):" if all_rules else
+            f"rules that fail, advise or could not be checked ({len(shown)} of {len(rows)}; --rules lists all):")
+    if not shown:
+        return [head, "  (none)"]
+    by_id = {v.rule_id: v for v in report.violations}
+    width = max(len(r[0]) for r in shown)
+    out = [head]
+    for rule_id, status, detail in shown:
+        v = by_id.get(rule_id)
+        if v is None:
+            out.append(f"  {rule_id:{width}s}  {status:11s}  {detail}")
+            continue
+        out.append(f"  {rule_id:{width}s}  {status:11s}  {v.message}")
+        out.append(f"  {'':{width}s}  {'':11s}  found: {v.field} = {short(v.current, 400)}; required {v.required}")
+        out.append(f"  {'':{width}s}  {'':11s}  fix: {v.fix}")
+    return out
+
+
+def _prediction(built) -> tuple[dict[str, Any], list[str]]:
+    """The step-time prediction of the finalized config on the target: (JSON object, lines)."""
+    from ..predict.config import CannotPredict, for_config
+
+    try:
+        cp = for_config(built.cfg, built.target)
+    except CannotPredict as e:
+        return {"error": e.reason}, [f"predicted step time: not made ({e.reason})"]
+    return cp.to_dict(), ["predicted step time (step-time model, docs/prediction.md):", *cp.lines()]
+
+
+def for_job(spec) -> Outcome:
+    """``judge(spec)`` for a job script: a refusal's report is printed on stdout and raised as
+    ``ReportedRefusal`` (exit 1)."""
+    outcome = judge(spec)
+    if outcome.code:
+        print("\n".join(outcome.lines), flush=True)
+        raise ReportedRefusal(outcome.lines[0])
+    return outcome
+
+
+def into_script(script: str, outcome: Outcome) -> str:
+    """``script`` with the report as ``#`` comment lines right after its ``#!`` line and ``#SBATCH``
+    header, before its first command."""
+    lines = script.split("\n")
+    at = next((i for i, line in enumerate(lines) if i and not line.startswith("#SBATCH")), len(lines))
+    return "\n".join([*lines[:at], *(f"# {line}".rstrip() for line in outcome.lines), *lines[at:]])
