@@ -120,3 +120,19 @@ def test_the_thread_sees_a_real_stall_and_stops(tmp_path):
     assert not any(t.name == "ep-overlap-watchdog" for t in threading.enumerate())
     stacks = run_files.faulthandler_file(tmp_path, 0).read_text()
     assert "(most recent call first)" in stacks and "test_the_thread_sees_a_real_stall_and_stops" in stacks
+
+
+def test_native_backup_writes_stacks_without_the_python_thread(tmp_path):
+    """faulthandler's C timer (re-armed at each progress) dumps the stacks even if the watchdog
+    thread never runs (here: it is never started)."""
+    wd = ProgressWatchdog(0, run_files.faulthandler_file(tmp_path, 0), run_files.watchdog_file(tmp_path, 0),
+                          first_s=0.1, fixed_s=0.1, native_backup=True)
+    try:
+        wd.progress(1)  # armed at 2 x 0.1 s
+        deadline = time.monotonic() + 10
+        path = run_files.faulthandler_file(tmp_path, 0)
+        while "Timeout" not in (path.read_text() if path.exists() else "") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "Timeout (0:00:00" in path.read_text() and "most recent call first" in path.read_text()
+    finally:
+        wd.stop()

@@ -113,7 +113,7 @@ class RunEvidence:
             watchdog = ProgressWatchdog(rank, run_files.faulthandler_file(run_dir, rank),
                                         run_files.watchdog_file(run_dir, rank),
                                         dump_flight_recorder=lambda: dump_flight_recorder(prefix, rank),
-                                        position=position.snapshot, **settings)
+                                        position=position.snapshot, native_backup=True, **settings)
         self = cls(run_dir, rank, torch.__version__, watchdog)
         self.position = position
         self.cfg = cfg

@@ -15,6 +15,11 @@ thread (``start()``) checks every ``poll_s``; when no iteration has completed fo
 
 When iterations complete again after a stall, one ``progress`` event says so (slow, not hung).
 
+A stall that holds the GIL (a native call that never releases it) would keep the thread from
+running; ``native_backup`` covers it: faulthandler's own C timer (``dump_traceback_later``,
+re-armed at each progress at twice the threshold) writes every thread's stack to the same file
+under faulthandler's ``Timeout (h:mm:ss)!`` header without needing the GIL.
+
 The threshold: before the first completed iteration ``first_s`` (start-up, compilation, the first
 step's allocations); afterwards ``fixed_s`` when given, else ``max(floor_s, factor x median step
 time so far)``. ``check(now)`` is the whole decision and is what the thread calls, so it is tested
@@ -46,7 +51,7 @@ class ProgressWatchdog:
                  dump_flight_recorder: Callable[[], str | None] | None = None,
                  first_s: float = FIRST_S, floor_s: float = FLOOR_S, factor: float = FACTOR,
                  fixed_s: float | None = None, poll_s: float = 1.0,
-                 position: Callable[[], dict | None] | None = None,
+                 position: Callable[[], dict | None] | None = None, native_backup: bool = False,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.rank = rank
         self.faulthandler_path = Path(faulthandler_path)
@@ -55,6 +60,8 @@ class ProgressWatchdog:
         self.first_s, self.floor_s, self.factor, self.fixed_s = first_s, floor_s, factor, fixed_s
         self.poll_s = poll_s
         self.position = position
+        self.native_backup = native_backup
+        self._native_file = None
         self.clock = clock
         self.iteration: int | None = None
         self.step_times: list[float] = []
@@ -82,6 +89,7 @@ class ProgressWatchdog:
             self.iteration = iteration
             self.last_progress = now
             self._stalled = False
+        self._arm_native()
         if resumed:  # a stall that ended by itself: slow, not hung
             self._event({"event": "progress", "rank": self.rank, "iteration": iteration,
                          "seconds_since_progress": round(self.step_times[-1], 3) if self.step_times else None,
@@ -117,9 +125,23 @@ class ProgressWatchdog:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="ep-overlap-watchdog", daemon=True)
             self._thread.start()
+        self._arm_native()
         return self
 
+    def _arm_native(self) -> None:
+        if not self.native_backup:
+            return
+        try:
+            if self._native_file is None:
+                self.faulthandler_path.parent.mkdir(parents=True, exist_ok=True)
+                self._native_file = open(self.faulthandler_path, "a")  # held open: the C timer writes to its fd
+            faulthandler.dump_traceback_later(2 * self.threshold_s(), repeat=False, file=self._native_file)
+        except (OSError, ValueError) as e:
+            self._warn("native stacks", e)
+
     def stop(self) -> None:
+        if self._native_file is not None:
+            faulthandler.cancel_dump_traceback_later()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * self.poll_s + 1)
