@@ -239,3 +239,13 @@ def test_run_evidence_start_in_a_rank(tmp_path):
     assert lines[-1] == "40.0 True True"
     found = json.loads(run_files.facts_file(tmp_path, 1).read_text())
     assert tuple(found) == run_files.FACT_KEYS and found["rank"] == 1 and found["versions"]["megatron-core"] == "0.19.2"
+
+
+def test_evidence_callbacks_off_by_flag_or_variable(tmp_path, monkeypatch):
+    from mbridge_ep_overlap.tools.rank_evidence import evidence_callbacks
+
+    args = types.SimpleNamespace(evidence="off", watchdog_s=None)
+    assert evidence_callbacks(args, tmp_path, None) == []
+    monkeypatch.setenv("EP_OVERLAP_EVIDENCE", "0")
+    assert evidence_callbacks(types.SimpleNamespace(evidence=None, watchdog_s=None), tmp_path, None) == []
+    assert not (tmp_path / run_files.EVIDENCE_DIR).exists()

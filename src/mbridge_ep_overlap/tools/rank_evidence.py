@@ -27,7 +27,7 @@ from megatron.bridge.training.callbacks import Callback
 from megatron.core.transformer.moe.moe_layer import MoELayer
 
 from ..base import run_files
-from .run_evidence import dump_flight_recorder, enable_faulthandler, facts, flight_recorder_environment, \
+from .run_evidence import dump_flight_recorder, enable_faulthandler, enabled, facts, flight_recorder_environment, \
     flight_recorder_prefix, watchdog_settings, write_facts
 from .watchdog import ProgressWatchdog
 
@@ -131,6 +131,17 @@ class RunEvidence:
             self.watchdog.stop()
         if self.position is not None:
             self.position.uninstall()
+
+
+def evidence_callbacks(args, run_dir, cfg, stderr=None) -> list:
+    """What a launcher adds to ``pretrain()``'s callbacks for run_script's ``--evidence`` /
+    ``--watchdog-s`` (``args``): the started ``RunEvidence``'s callback, or nothing when it is off
+    (``--evidence off``, else ``EP_OVERLAP_EVIDENCE=0``). Call it before ``pretrain()``: the
+    flight-recorder variables must be set before the process group exists."""
+    wanted = args.evidence == "on" if args.evidence is not None else enabled()
+    if not wanted:
+        return []
+    return [RunEvidence.start(run_dir, cfg, stderr=stderr, watchdog_flag=args.watchdog_s).callback()]
 
 
 class ProgressCallback(Callback):

@@ -148,20 +148,15 @@ def _train(args: argparse.Namespace, out: Path, summary: str | None, counter, st
 
     from ..core import enforcement
     from ..pipeline import build
-    from . import run_evidence
     from .evidence import RunRecorder
-    from .rank_evidence import RunEvidence
+    from .rank_evidence import evidence_callbacks
 
     spec = spec_from_args(args, this_machine=True)
     built = build(spec, forward_step_func=step)
     if built.plan is not None and int(os.environ.get("RANK", "0")) == 0:
         print(built.plan.to_table(), flush=True)
     require_gpus()  # after the plan: a refused config is reported (exit 1) on any machine
-    callbacks = []
-    if args.evidence == "on" or (args.evidence is None and run_evidence.enabled()):
-        # before pretrain(): the flight-recorder variables must be set before the process group exists
-        callbacks.append(RunEvidence.start(out, built.cfg, stderr=crash_stream(),
-                                           watchdog_flag=args.watchdog_s).callback())
+    callbacks = evidence_callbacks(args, out, built.cfg, stderr=crash_stream())  # before pretrain()
     release_stderr()  # training's own logs stream from here
     name = built.recipe.name.replace(":", ".")
     summary = summary or str(out / f"{name}.summary.json")
