@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from mbridge_ep_overlap.core.forward_step import forward_step
     from mbridge_ep_overlap.tools.evidence import RunRecorder, ScheduleCounter
+    from mbridge_ep_overlap.tools.rank_evidence import evidence_callbacks
 
     counter = ScheduleCounter(probe_wgrad=True).install()
     step = counter.wrap_forward_step(forward_step)
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             "forced": forced, "overrides": list(spec.overrides)}
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"force_delay_wgrad: {forced}", flush=True)
-    pretrain(built.cfg, step, callbacks=[RunRecorder(summary, counter, meta)])
+    evidence = evidence_callbacks(args, out, built.cfg)  # before pretrain(): see tools.rank_evidence
+    pretrain(built.cfg, step, callbacks=[RunRecorder(summary, counter, meta), *evidence])
     counter.uninstall()
     return 0
 

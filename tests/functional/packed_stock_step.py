@@ -37,6 +37,7 @@ def train(args) -> int:
     from mbridge_ep_overlap.core.errors import EPOverlapError
     from mbridge_ep_overlap.core.forward_step import forward_step
     from mbridge_ep_overlap.tools.evidence import RunRecorder, ScheduleCounter
+    from mbridge_ep_overlap.tools.rank_evidence import evidence_callbacks
     from mbridge_ep_overlap.tools.flags import spec_from_args
     from mbridge_ep_overlap.tools.run import writable_folder
 
@@ -61,7 +62,8 @@ def train(args) -> int:
             "forward_step": f"{gpt_step.forward_step.__module__}.{gpt_step.forward_step.__qualname__}",
             "refused_with_mb_stock_step": refused}
     with enforcement.already_checked(built.cfg, built.report):
-        pretrain(built.cfg, stock_step, callbacks=[RunRecorder(summary, counter, meta)])
+        evidence = evidence_callbacks(args, out, built.cfg)  # before pretrain(): see tools.rank_evidence
+        pretrain(built.cfg, stock_step, callbacks=[RunRecorder(summary, counter, meta), *evidence])
     counter.uninstall()
     return 0
 

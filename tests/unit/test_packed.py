@@ -416,6 +416,7 @@ def test_stock_step_launcher_trains_with_mb_stock_step_after_recording_the_refus
         seen.update(cfg=cfg, step=forward_step_func, callbacks=callbacks, checked=enforcement._CHECKED.get())
 
     monkeypatch.setattr(mb_pretrain, "pretrain", fake_pretrain)
+    monkeypatch.setenv("EP_OVERLAP_EVIDENCE", "0")  # no faulthandler / watchdog thread inside the test process
     argv = ["--recipe", RECIPE, "--ep", "2", "--max-steps", "8", "--micro-batch-size", "1", "--global-batch-size", "8",
             "--ep-overlap", "on", "--dispatcher", "alltoall",
             "--output-dir", str(tmp_path), "--summary-json", str(tmp_path / "summary.json")]

@@ -129,6 +129,11 @@ def test_training_without_a_gpu_is_one_line_exit_2_after_the_plan(capsys, tmp_pa
 @pytest.mark.parametrize("argv,needle", [
     (["--dryrun", "--summary-json", "s.json"], "--summary-json applies to training"),
     (["--dryrun", "--profile-steps", "2:4"], "--profile-steps applies to training"),
+    (["--dryrun", "--evidence", "off"], "--evidence applies to training"),
+    (["--dryrun", "--watchdog-s", "30"], "--watchdog-s applies to training"),
+    (["--watchdog-s", "-3"], "--watchdog-s must be a number of seconds >= 0 (0: watchdog off), got '-3'"),
+    (["--watchdog-s", "soon"], "--watchdog-s must be a number of seconds >= 0"),
+    (["--evidence", "maybe"], "invalid choice: 'maybe'"),
 ])
 def test_training_only_flags_with_dryrun_are_usage(argv, needle, capsys, tmp_path):
     with pytest.raises(SystemExit) as e:

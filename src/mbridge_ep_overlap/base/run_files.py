@@ -30,8 +30,12 @@ FACT_KEYS = (
     "moe_flex_dispatcher_backend", "cuda_device_max_connections", "microbatches_per_step",
     "versions",  # {"torch", "megatron-core", "megatron-bridge", "transformer-engine", "deep-ep", "nvshmem", "nccl", "mbridge-ep-overlap"}
 )
-# Keys of one watchdog-rank<R>.jsonl line: event is "stall" (no iteration for seconds) or "progress".
-WATCHDOG_KEYS = ("event", "rank", "iteration", "seconds_since_progress", "threshold_s", "time")
+# Keys of one watchdog-rank<R>.jsonl line: event is "stall" (no iteration for seconds) or "progress"
+# (iterations complete again after a stall); flight_recorder: where the on-demand dump went, or why not;
+# moe_position: the last forward MoE dispatch/combine the rank entered ({"layer", "op", "phase",
+# "microbatch", "done"}) or null.
+WATCHDOG_KEYS = ("event", "rank", "iteration", "seconds_since_progress", "threshold_s", "time",
+                 "flight_recorder", "moe_position")
 
 
 def evidence_dir(run_dir: str | Path) -> Path:

@@ -16,6 +16,8 @@ recipe, sizes, EP overlap on or *really* off, overrides, one rule evaluation), t
   ``mbridge_ep_overlap.forward_step`` (MB's GPT step whose overlapped path also passes packed
   sequences), wrapped by ``evidence.ScheduleCounter`` and recorded by ``evidence.RunRecorder``
   (``--summary-json``). faulthandler is on, so a native crash prints every rank's Python stack.
+  Every rank also leaves ``<output-dir>/evidence/`` (``tools.rank_evidence``: flight recorder,
+  faulthandler file, progress watchdog, facts) unless ``--evidence off`` or ``EP_OVERLAP_EVIDENCE=0``.
 
 The output folder is checked before anything is built. Exit codes: 0 ok; 1 refused config (every
 violation printed); 2 bad usage (one line, no traceback: unknown flag, bad value, unknown recipe,
@@ -54,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--summary-json", default=None, help="training: write the evidence summary here")
     p.add_argument("--profile-steps", default=None, metavar="A:B",
                    help="training: profile CUDA kernels from step A to B (overlap efficiency in the summary)")
+    p.add_argument("--evidence", choices=("on", "off"), default=None,
+                   help="training: write <output-dir>/evidence/ (flight recorder, stacks, watchdog, facts); "
+                        "default on unless EP_OVERLAP_EVIDENCE=0")
+    p.add_argument("--watchdog-s", default=None, metavar="S",
+                   help="training: seconds without a completed iteration that count as a stall (0: watchdog off; "
+                        "default max(60 s, 10 x median step time), or EP_OVERLAP_WATCHDOG_S)")
     return p
 
 
@@ -65,7 +73,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error(str(e))
     args = parse(parser, argv)
     if args.dryrun:
-        for flag, value in (("--summary-json", args.summary_json), ("--profile-steps", args.profile_steps)):
+        for flag, value in (("--summary-json", args.summary_json), ("--profile-steps", args.profile_steps),
+                            ("--evidence", args.evidence), ("--watchdog-s", args.watchdog_s)):
             if value is not None:
                 parser.error(f"{flag} applies to training; a --dryrun trains nothing (drop one of them)")
     else:
@@ -77,6 +86,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         if not (sep and re.fullmatch(r"[0-9]+", a) and re.fullmatch(r"[0-9]+", b) and int(a) < int(b)):
             parser.error(f"--profile-steps must be A:B with A < B, got {args.profile_steps!r}")
         args.profile_steps = (int(a), int(b))
+    if args.watchdog_s is not None:
+        try:
+            ok = float(args.watchdog_s) >= 0
+        except ValueError:
+            ok = False
+        if not ok:
+            parser.error(f"--watchdog-s must be a number of seconds >= 0 (0: watchdog off), got {args.watchdog_s!r}")
     return args
 
 
@@ -129,6 +145,7 @@ def train(args: argparse.Namespace) -> int:
     import faulthandler
 
     # a native crash (SIGSEGV in a kernel library) prints every thread's stack on the process's real stderr
+    # (and, once the evidence starts, into the rank's evidence file as well)
     faulthandler.enable(file=crash_stream(), all_threads=True)
     out = writable_folder(args.output_dir)
     summary = str(writable_file(args.summary_json)) if args.summary_json else None
@@ -151,19 +168,22 @@ def _train(args: argparse.Namespace, out: Path, summary: str | None, counter, st
     from ..core import enforcement
     from ..pipeline import build
     from .evidence import RunRecorder
+    from .rank_evidence import evidence_callbacks
 
     spec = spec_from_args(args, this_machine=True)
     built = build(spec, forward_step_func=step)
     if built.plan is not None and int(os.environ.get("RANK", "0")) == 0:
         print(built.plan.to_table(), flush=True)
     require_gpus()  # after the plan: a refused config is reported (exit 1) on any machine
+    callbacks = evidence_callbacks(args, out, built.cfg, stderr=crash_stream())  # before pretrain()
     release_stderr()  # training's own logs stream from here
     name = built.recipe.name.replace(":", ".")
     summary = summary or str(out / f"{name}.summary.json")
     meta = {"recipe": spec.recipe, "ep_overlap": args.ep_overlap, "dispatcher_flag": args.dispatcher,
             "delay_wgrad": args.delay_wgrad, "overrides": list(spec.overrides)}
     with enforcement.already_checked(built.cfg, built.report):
-        pretrain(built.cfg, step, callbacks=[RunRecorder(summary, counter, meta, profile_steps=args.profile_steps)])
+        pretrain(built.cfg, step, callbacks=[RunRecorder(summary, counter, meta, profile_steps=args.profile_steps),
+                                             *callbacks])
     return 0
 
 

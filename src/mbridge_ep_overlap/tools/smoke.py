@@ -307,7 +307,7 @@ def default_log_dir() -> Path:
 def worker_command(backend: str, nproc: int, folder: Path) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
             "--master_port", str(free_port()), "--log-dir", str(folder / "torchrun"),
-            "--redirects", "3", "--tee", "3", "-m", WORKER, "--backend", backend]
+            "--redirects", "3", "--tee", "3", "-m", WORKER, "--backend", backend, "--run-dir", str(folder)]
 
 
 def check_one(backend: str, nproc: int = 2, timeout_s: float | None = None, log_dir: Path | None = None,

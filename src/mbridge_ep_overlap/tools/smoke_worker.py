@@ -19,6 +19,13 @@ of ``result: ok`` (exit 0), ``wrong: <stage>: <detail>`` (exit 3), ``error: <sta
 (exit 4, traceback on stderr) or ``missing: <what>`` (exit 5). faulthandler is enabled, so a
 SIGSEGV prints this rank's Python stack on stderr. The ``selftest-*`` backends exercise the harness
 without a GPU (gloo): ``ok``, ``segv``, ``hang``, ``wrong``, ``error``.
+
+With ``--run-dir DIR`` (``tools.smoke`` passes the backend's log folder) and the evidence on
+(``run_evidence.enabled``), each rank also leaves ``DIR/evidence/`` as a training rank does
+(``base.run_files``): the flight-recorder variables set before its process group exists,
+faulthandler into ``faulthandler-rank<R>.log`` as well as stderr, and ``facts-rank<R>.json`` (the
+backend as dispatcher type and flex backend). No progress watchdog: the check has no iterations,
+and its launcher's per-backend timeout ends a hang.
 """
 
 from __future__ import annotations
@@ -28,6 +35,11 @@ import faulthandler
 import os
 import sys
 import traceback
+import types
+from pathlib import Path
+
+from ..base import run_files
+from . import run_evidence
 
 BACKENDS = ("alltoall", "deepep", "hybridep")
 SELFTESTS = ("selftest-ok", "selftest-segv", "selftest-hang", "selftest-wrong", "selftest-error")
@@ -298,12 +310,28 @@ def run_selftest(r: Ranks, what: str) -> None:
     dist.barrier()
 
 
+def start_evidence(run_dir: Path, backend: str) -> None:
+    """The evidence of a training rank, less the watchdog (see the module docstring)."""
+    import torch  # here, as in every step of this worker: its --help and argument errors stay fast
+
+    rank = int(os.environ.get("RANK", "0"))
+    os.environ.update(run_evidence.flight_recorder_environment(run_dir, torch.__version__))
+    run_evidence.enable_faulthandler(run_files.faulthandler_file(run_dir, rank), sys.stderr)
+    flex = backend if backend in ("deepep", "hybridep") else None
+    described = types.SimpleNamespace(model=types.SimpleNamespace(
+        moe_token_dispatcher_type="flex" if flex else backend, moe_flex_dispatcher_backend=flex))
+    run_evidence.write_facts(run_dir, rank, run_evidence.facts(described))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="smoke_worker", description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", required=True, choices=BACKENDS + SELFTESTS)
+    ap.add_argument("--run-dir", default=None, help="leave the rank's evidence under RUN_DIR/evidence/")
     args = ap.parse_args(argv)
     if not faulthandler.is_enabled():
         faulthandler.enable(all_threads=True)
+    if args.run_dir and run_evidence.enabled():
+        start_evidence(Path(args.run_dir), args.backend)
     r = Ranks()
     say("info", f"rank {r.rank} of {r.world}, backend {args.backend}, pid {os.getpid()}")
     try:

@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Record real failures of the proxy under EP overlap, and the cost of the evidence (GPU node).
+
+    python tests/functional/record_failures.py OUT_DIR [--only CASE,...] [--deadline-s S]
+
+Runs ``CASES`` - each fault of ``fault_injector.py`` on ``qwen3_moe_proxy`` (local layers, no TE),
+EP = 2, overlap on with the alltoall dispatcher, ranks sharing GPU 0 (``EP_OVERLAP_SHARE_GPU=1``, the
+functional suite's way) - up to ``PARALLEL`` at a time, each with a hard timeout (``tools.launch``),
+after the overhead pair ``OVERHEAD`` (the same healthy run with evidence on and off, one after the
+other, nothing else running). ``--deadline-s`` bounds the whole (runs that would start after it are
+skipped, and a run's timeout never passes it). Writes under OUT_DIR:
+
+* ``runs/<case>/``: what the run left (``launcher.log``, ``torchrun/.../std{out,err}.log``,
+  ``evidence/``, ``summary.json``, ``injected-fault.json``), big files pruned (``prune``);
+* ``cases.json``: per case the fault, the command's environment, exit code, timed out, seconds;
+* ``overhead.json``: per-step times of the pair and the median of each (``overhead``).
+The exit code is 0 when every case ran (a failure is what a fault case is for), 1 when one was
+skipped or did not leave the evidence it should.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import signal
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from fault_injector import ENV as FAULT_ENV  # noqa: E402  (this folder is not a package)
+
+NPROC = 2
+STEPS = 6
+OVERHEAD_STEPS = 15
+PARALLEL = 3
+SCRIPT = "tests/functional/fault_injector.py"
+OVERLAP = ["--ep-overlap", "on", "--dispatcher", "alltoall"]
+# name -> (fault, extra run_script arguments, hard timeout s). Watchdog 20 s where the watchdog is
+# the witness; the NCCL-timeout case has a 1-minute process-group timeout and a later watchdog.
+CASES = {
+    "nccl_timeout": ("timeout:rank=1,layer=1,step=3,microbatch=0",
+                     ["--watchdog-s", "150", "dist.distributed_timeout_minutes=1"], 180),
+    "hang": ("hang:rank=1,layer=2,step=3,microbatch=1", ["--watchdog-s", "20"], 110),
+    "stall": ("stall:rank=1,layer=1,step=3,microbatch=2,seconds=600", ["--watchdog-s", "20"], 110),
+    "crash": ("crash:rank=0,layer=3,step=2,microbatch=0", [], 120),
+    "nan": ("nan:rank=0,layer=2,step=4,microbatch=1", [], 120),
+    "no_gain": ("none", ["--global-batch-size", str(2 * NPROC)], 120),  # one microbatch per rank
+}
+OVERHEAD = {"evidence_on": "1", "evidence_off": "0"}
+KEEP_BYTES = 256 * 1024
+"""Per log file: a longer one keeps its first and last half of this."""
+
+
+def proxy(steps: int) -> list[str]:
+    from mbridge_ep_overlap.tools.launch import proxy_args
+
+    return proxy_args(NPROC, steps, 2, 4) + OVERLAP
+
+
+def with_override(args: list[str], extra: list[str]) -> list[str]:
+    """``args`` with ``extra``: a flag given in ``extra`` replaces the same flag in ``args``."""
+    out = list(args)
+    i = 0
+    while i < len(extra):
+        if extra[i].startswith("--") and i + 1 < len(extra):
+            if extra[i] in out:
+                j = out.index(extra[i])
+                out[j + 1] = extra[i + 1]
+            else:
+                out += extra[i:i + 2]
+            i += 2
+        else:
+            out.append(extra[i])
+            i += 1
+    return out
+
+
+def prune(folder: Path, keep: int = KEEP_BYTES) -> None:
+    """Cut every log over ``keep`` bytes to its head and tail; drop checkpoints and traces."""
+    for path in folder.rglob("*"):
+        if not path.is_file():
+            continue
+        if path.suffix in (".pt", ".distcp", ".bin") or path.name.endswith(".pt.trace.json"):
+            path.unlink()
+            continue
+        if path.suffix in (".log", ".txt") and path.stat().st_size > keep:
+            data = path.read_bytes()
+            cut = len(data) - keep
+            path.write_bytes(data[:keep // 2] + f"\n[... {cut} bytes pruned ...]\n".encode() + data[-keep // 2:])
+
+
+def overhead(runs: dict[str, dict | None]) -> dict:
+    """Per-step times of each run (from its summary), the median after the first two steps, and
+    evidence-on's cost relative to evidence-off."""
+    out: dict = {}
+    for name, summary in runs.items():
+        times = [s["step_time_s"] for s in (summary or {}).get("steps", []) if s.get("step_time_s") is not None]
+        steady = times[2:] if len(times) > 4 else times
+        out[name] = {"step_times_s": times, "median_s": statistics.median(steady) if steady else None}
+    on, off = out.get("evidence_on", {}).get("median_s"), out.get("evidence_off", {}).get("median_s")
+    out["overhead_percent"] = round(100 * (on - off) / off, 2) if on and off else None
+    return out
+
+
+def expected_evidence(case: str, folder: Path) -> list[str]:
+    """What the case must have left for a diagnosis; the missing ones by name."""
+    from mbridge_ep_overlap.base import run_files
+
+    missing = [str(run_files.facts_file(folder, r)) for r in range(NPROC) if not run_files.facts_file(folder, r).exists()]
+    if case in ("hang", "stall"):
+        if not any(run_files.watchdog_file(folder, r).exists() for r in range(NPROC)):
+            missing.append("a watchdog stall event")
+    if case in CASES and CASES[case][0] != "none" and not (folder / "injected-fault.json").exists():
+        missing.append("injected-fault.json (the fault never fired)")
+    return missing
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="record_failures.py")
+    p.add_argument("out_dir")
+    p.add_argument("--only", default=None, help="comma-separated case names (default: all, then the overhead pair)")
+    p.add_argument("--deadline-s", type=float, default=420.0)
+    args = p.parse_args(argv)
+    names = list(CASES) + list(OVERHEAD)
+    wanted = names if args.only is None else [n for n in args.only.split(",") if n]
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        p.error(f"unknown case {unknown[0]!r}; allowed: {', '.join(names)}")
+    from mbridge_ep_overlap.tools import launch
+
+    def terminated(signum, frame):  # the outer `timeout`: end every run started here, then leave
+        launch.kill_launched()
+        sys.exit(124)
+
+    signal.signal(signal.SIGTERM, terminated)
+    out = Path(args.out_dir)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    end = time.monotonic() + args.deadline_s
+    base_env = {"EP_OVERLAP_SHARE_GPU": "1"}
+    results: dict[str, dict] = {}
+
+    def run(name: str, fault: str, extra: list[str], timeout_s: float, env: dict, steps: int) -> dict:
+        left = end - time.monotonic()
+        if left < 30:
+            return {"skipped": f"out of time ({args.deadline_s:.0f} s for the whole recording)"}
+        cmd_env = {**base_env, **env, FAULT_ENV: fault}
+        r = launch.launch(name, NPROC, with_override(proxy(steps), extra), timeout_s=min(timeout_s, left),
+                          env=cmd_env, log_root=out / "runs", script=SCRIPT, share_gpu=True)
+        prune(r.folder)
+        return {"fault": fault, "args": extra, "env": cmd_env, "returncode": r.returncode, "timed_out": r.timed_out,
+                "seconds": round(r.seconds, 1), "crash": r.crash(), "summary": r.summary is not None,
+                "missing_evidence": expected_evidence(name, r.folder)}
+
+    summaries = {}
+    for n in (n for n in OVERHEAD if n in wanted):  # first, on a quiet machine: these are timings
+        results[n] = run(n, "none", [], 120, {"EP_OVERLAP_EVIDENCE": OVERHEAD[n]}, OVERHEAD_STEPS)
+        print(f"{n}: {results[n]}", flush=True)
+        path = out / "runs" / n / "summary.json"
+        summaries[n] = json.loads(path.read_text()) if path.exists() else None
+        if "missing_evidence" in results[n] and n == "evidence_off":
+            results[n]["missing_evidence"] = []  # nothing is expected with the evidence off
+    faults = [n for n in CASES if n in wanted]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+        futures = {n: pool.submit(run, n, CASES[n][0], CASES[n][1], CASES[n][2], {}, STEPS) for n in faults}
+        for n, f in futures.items():
+            results[n] = f.result()
+            print(f"{n}: {results[n]}", flush=True)
+    (out / "cases.json").write_text(json.dumps(results, indent=1) + "\n")
+    if summaries:
+        (out / "overhead.json").write_text(json.dumps(overhead(summaries), indent=1) + "\n")
+        print(f"overhead: {overhead(summaries).get('overhead_percent')} %", flush=True)
+    bad = [n for n, r in results.items() if r.get("skipped") or r.get("missing_evidence")]
+    for n in bad:
+        print(f"{n}: {results[n].get('skipped') or 'missing ' + ', '.join(results[n]['missing_evidence'])}",
+              file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
