@@ -8,6 +8,7 @@ Contract
   (``tools.plan_command``). Exit 0 accepted, 1 refused (every violation printed).
 * ``recipes``: the registered recipes.
 * ``bench`` / ``verify-log``: the evidence tools (``tools.bench``, ``tools.logs``).
+* ``diagnose``: the cause of a failed or slow run from what it left behind (``tools.diagnose_command``).
 Bad input: one line naming the bad value and the allowed ones, exit 2, no traceback.
 
 Start-up: building the parser imports neither torch nor Megatron; a command imports what it needs
@@ -37,7 +38,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import bench, logs, plan_command
+    from . import bench, diagnose_command, logs, plan_command
 
     p = OneLineArgumentParser(prog="mbridge-ep-overlap", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineArgumentParser)
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan_command.add_parser(sub)
     bench.add_parser(sub)
     logs.add_parser(sub)
+    diagnose_command.add_parser(sub)
     return p
 
 
