@@ -246,3 +246,15 @@ def test_json_output(capsys):
     code, out, _ = run_cli(["diagnose", "--json", str(FR_RUN)], capsys)
     data = json.loads(out)
     assert code == 1 and data["findings"][0]["id"] == "collective-not-joined" and data["symptom"] == "hang"
+
+
+def test_a_known_bad_deepep_nvshmem_pairing_in_the_facts_outranks_the_timeout(tmp_path):
+    versions = {"deep-ep": "1.2.1+309785a", "nvshmem": "3.5.19", "torch": "2.9.0"}
+    run = _evidence(tmp_path / "bad", 0, facts={**FACTS_ON, "versions": versions})
+    (run / "rank0.log").write_text("[rank0]: RuntimeError: DeepEP error: timeout (dispatch CPU)\n")
+    d = diagnose([str(run)])
+    assert d.cause_ids[:2] == ["deepep-nvshmem-queue-pair-layout", "deepep-dispatch-timeout"]
+    assert '"nvshmem": "3.5.19"' in d.findings[0].evidence[0]
+    good = _evidence(tmp_path / "good", 0, facts={**FACTS_ON, "versions": {**versions, "nvshmem": "3.4.5"}})
+    (good / "rank0.log").write_text("[rank0]: RuntimeError: DeepEP error: timeout (dispatch CPU)\n")
+    assert diagnose([str(good)]).cause_ids == ["deepep-dispatch-timeout"]

@@ -24,6 +24,7 @@ from collections import deque
 from pathlib import Path
 from typing import BinaryIO
 
+from ..base import run_files
 from ..tools import launch
 from . import flight_recorder, schedule
 from .iterations import IterationSeries
@@ -88,7 +89,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
 
     _numerics(series, finding)
     _crashes(crash_text, finding)
-    _facts(ev, finding, diagnosis)
+    _facts(ev, sigs, finding, diagnosis)
     _watchdog(ev, finding, diagnosis)
     _flight_recorder(ev, finding, diagnosis)
     if len(per_path_series) >= 2:
@@ -143,18 +144,16 @@ def _crashes(crash_text: dict[str, str], finding) -> None:
         f.detail += [f"  {frame}" for frame in c.stack[:8]]
 
 
-def _facts(ev: Evidence, finding, diagnosis: Diagnosis) -> None:
+def _facts(ev: Evidence, sigs: tuple[Signature, ...], finding, diagnosis: Diagnosis) -> None:
+    """A facts-raised signature whose condition a rank's facts show (``facts_pass`` False)."""
     if not ev.facts:
         return
     diagnosis.read.append(f"facts of rank(s) {', '.join(sorted(ev.facts, key=int))}")
     for rank, facts in sorted(ev.facts.items(), key=lambda kv: int(kv[0])):
-        overlap = facts.get("overlap_moe_expert_parallel_comm")
-        if str(facts.get("cuda_device_max_connections")) == "1" and overlap:
-            finding("cuda-device-max-connections-1").add(
-                f"facts-rank{rank}.json: cuda_device_max_connections=1 with overlap on")
-        mbs = facts.get("microbatches_per_step")
-        if overlap and isinstance(mbs, int) and mbs == 1:
-            finding("one-microbatch-per-rank").add(f"facts-rank{rank}.json: microbatches_per_step=1 with overlap on")
+        for s in sigs:
+            if s.found_by == "facts" and s.facts_pass and s.facts_pass(facts) is False:
+                shown = ", ".join(f"{k}={json.dumps(facts.get(k), sort_keys=True)}" for k in s.facts_keys)
+                finding(s.id).add(f"{run_files.facts_file('', rank).as_posix()}: {shown}")
 
 
 def _watchdog(ev: Evidence, finding, diagnosis: Diagnosis) -> None:

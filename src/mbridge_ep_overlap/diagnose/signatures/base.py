@@ -52,8 +52,11 @@ class Signature:
     "facts" (the effective facts every rank writes), "crash" (faulthandler / torchrun exit codes),
     "runs" (two runs' step times compared)."""
     facts_pass: Callable[[dict], bool | None] | None = field(default=None, compare=False)
-    """From a rank's effective facts (``base.run_files.FACT_KEYS``): does this run pass ``rule``?
-    None where the facts do not say."""
+    """From a rank's effective facts (``base.run_files.FACT_KEYS``): False when they show this failure's
+    condition (which is then what ``rule`` refuses), True when they rule it out, None where they do not say.
+    A ``found_by="facts"`` signature is raised by a False."""
+    facts_keys: tuple[str, ...] = ()
+    """The facts shown as evidence when ``facts_pass`` raises it."""
 
     def __post_init__(self) -> None:
         if self.found_by not in FOUND_BY:

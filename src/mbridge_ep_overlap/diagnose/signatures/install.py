@@ -4,6 +4,24 @@ from __future__ import annotations
 
 from .base import Signature
 
+
+def _release(text) -> tuple[int, ...] | None:
+    """'3.5.19' / '1.2.1+309785a' -> (3, 5, 19) / (1, 2, 1); None for what is not a version."""
+    parts = []
+    for piece in str(text or "").split("+")[0].split("."):
+        if not piece.isdigit():
+            break
+        parts.append(int(piece))
+    return tuple(parts) or None
+
+
+def _deepep_nvshmem_pairing_ok(facts: dict) -> bool | None:
+    versions = facts.get("versions") or {}
+    deep_ep, nvshmem = _release(versions.get("deep-ep")), _release(versions.get("nvshmem"))
+    if deep_ep is None or nvshmem is None:
+        return None
+    return not (deep_ep[:3] == (1, 2, 1) and nvshmem >= (3, 5, 19))
+
 SIGNATURES = (
     Signature(
         id="deepep-not-installed", symptom="install",
@@ -67,4 +85,17 @@ SIGNATURES += (
         emitted=("/sgl-workspace/nvshmem/src/host/init/init.cu:nvshmemi_check_state_and_init:1080: nvshmem "
                  "initialization failed, exiting",),
         corpus_report="deepep-223", confidence=0.6, rule="deepep-built-with-nvshmem", versions="NVSHMEM 3.x"),
+)
+
+SIGNATURES += (
+    Signature(
+        id="deepep-nvshmem-queue-pair-layout", symptom="install", patterns=(),
+        cause="DeepEP 1.2.1 runs against NVSHMEM >= 3.5.19, which changed how default queue pairs are stored: "
+              "DeepEP indexes the RC queue pairs the old way and the internode dispatch never completes "
+              "(it ends in 'DeepEP error: timeout (dispatch CPU)').",
+        fix="use a DeepEP build with deepseek-ai/DeepEP PR #564 (NVSHMEM >= 3.5.19 support), or NVSHMEM < 3.5.19 "
+            "for DeepEP 1.2.1; pin the pair together in the image",
+        source="https://github.com/deepseek-ai/DeepEP/issues/553", emitted=(), corpus_report="deepep-553",
+        confidence=0.9, found_by="facts", facts_pass=_deepep_nvshmem_pairing_ok, facts_keys=("versions",),
+        versions="DeepEP 1.2.1 x NVSHMEM >= 3.5.19"),
 )

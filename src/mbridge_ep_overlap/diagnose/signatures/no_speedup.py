@@ -7,13 +7,18 @@ from .base import Signature
 
 
 def _connections_ok(facts: dict) -> bool | None:
+    """One hardware queue only matters when there is communication to overlap."""
     value = facts.get("cuda_device_max_connections")
+    if not facts.get("overlap_moe_expert_parallel_comm"):
+        return True
     return None if value is None else str(value) != "1"
 
 
 def _microbatches_ok(facts: dict) -> bool | None:
     value = facts.get("microbatches_per_step")
-    return None if value is None else int(value) >= 2
+    if not facts.get("overlap_moe_expert_parallel_comm"):
+        return True
+    return None if not isinstance(value, int) else value >= 2
 
 
 def _overlap_on(facts: dict) -> bool | None:
@@ -31,7 +36,8 @@ SIGNATURES = (
             "setdefault, so a launcher's exported 1 wins)",
         source="installed:megatron/core/distributed/param_and_grad_buffer.py",
         emitted=("CUDA_DEVICE_MAX_CONNECTIONS=1",), confidence=0.8, rule="cuda-device-max-connections",
-        found_by="facts", facts_pass=_connections_ok),
+        found_by="facts", facts_pass=_connections_ok,
+        facts_keys=("overlap_moe_expert_parallel_comm", "cuda_device_max_connections")),
     Signature(
         id="one-microbatch-per-rank", symptom="no-speedup", patterns=(),
         cause="One microbatch per rank per step: the combined 1F1B schedule pairs one microbatch's forward with "
@@ -39,13 +45,14 @@ SIGNATURES = (
         fix="raise train.global_batch_size (or lower micro_batch_size) to give >= 2 microbatches per rank; "
             "`plan --resolve auto` picks one",
         source="installed:megatron/core/pipeline_parallel/combined_1f1b.py", emitted=(),
-        confidence=0.85, rule="microbatches", found_by="facts", facts_pass=_microbatches_ok),
+        confidence=0.85, rule="microbatches", found_by="facts", facts_pass=_microbatches_ok,
+        facts_keys=("overlap_moe_expert_parallel_comm", "microbatches_per_step")),
     Signature(
         id="overlap-not-active", symptom="no-speedup", patterns=(),
         cause="The process ran with EP overlap off or with a dispatcher that cannot overlap, whatever was asked.",
         fix="`verify-log` / `plan` show what the config holds; enable_ep_overlap(cfg) before training",
         source="installed:megatron/core/transformer/transformer_config.py", emitted=(),
-        confidence=0.9, rule="dispatcher-type", found_by="facts", facts_pass=_overlap_on),
+        confidence=0.9, rule="dispatcher-type", found_by="runs", facts_pass=_overlap_on),
     Signature(
         id="overlap-gained-nothing", symptom="no-speedup", patterns=(),
         cause="The overlap run is not faster than the reference run, and the facts name no reason "
