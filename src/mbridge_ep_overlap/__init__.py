@@ -9,6 +9,7 @@ Public API (everything else is internal)::
     describe(gpu, num_gpus, ...) / probe() -> ClusterEnvironment
     forward_step                            (MB's GPT step, packed sequences passed under overlap)
     RunSpec, build(spec) -> Built          (the one pipeline the tools use)
+    diagnose(paths) -> Diagnosis           (the cause of a failed or slow run, from what it left behind)
     EPOverlapError, UsageError, UpstreamRefusal, Violation, Severity, OverlapPlan, FieldChange, RULES
 
 Importing the package has no side effect and loads neither torch nor Megatron: each name is
@@ -41,6 +42,8 @@ _EXPORTS = {
     "forward_step": "core.forward_step",
     "RunSpec": "spec",
     "build": "pipeline",
+    "diagnose": "diagnose",
+    "Diagnosis": "diagnose",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -68,6 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .core.errors import EPOverlapError, Severity, UpstreamRefusal, UsageError, Violation
     from .core.forward_step import forward_step
     from .core.plan import FieldChange, OverlapPlan
+    from .diagnose import Diagnosis, diagnose
     from .core.rules import RULES
     from .spec import RunSpec
     from .target.cluster import ClusterEnvironment, describe

@@ -1,5 +1,6 @@
 """verify-log on real MB log excerpts from the 2x H200 functional runs, and on broken logs."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,102 @@ def test_rank_logs_without_iteration_lines_say_where_they_are(capsys):
 def test_empty_folder_is_a_clear_error(tmp_path, capsys):
     assert main(["verify-log", str(tmp_path)]) == 2
     assert "*.log" in capsys.readouterr().err
+
+
+# ---- numerics shared with diagnose, warm-up by position, streaming -----------------------------------
+def _with_line(tmp_path, line: str, name: str = "x.log") -> str:
+    p = tmp_path / name
+    p.write_text(Path(ON).read_text() + line + "\n")
+    return str(p)
+
+
+GRAD_NORM_BLOWUP = (" [2026-02-03 06:40:25] iteration        7/      10 | consumed samples:       163840 | elapsed time "
+                    "per iteration (ms): 700.1 | learning rate: 3.000000E-04 | global batch size: 16 | lm loss: "
+                    "9.589217E+00 | loss scale: 1.0 | grad norm: 224119.688 | number of skipped iterations:   0 | "
+                    "number of nan iterations:   0")
+
+
+@pytest.mark.parametrize("line,needle", [
+    (GRAD_NORM_BLOWUP, "grad norm 224119.688"),
+    (GRAD_NORM_BLOWUP.replace("grad norm: 224119.688", "grad norm: 1.9").replace("9.589217E+00", "2.500000E+01"),
+     "loss 2.500000E+01"),
+    (GRAD_NORM_BLOWUP.replace("grad norm: 224119.688", "grad norm: 1.9").replace("iterations:   0", "iterations:   2"),
+     "2 NaN iterations"),
+    (GRAD_NORM_BLOWUP.replace("grad norm: 224119.688", "grad norm: nan"), "grad norm nan"),
+    (GRAD_NORM_BLOWUP.replace("lm loss: 9.589217E+00 |", "").replace("nan iterations:   0", "nan iterations:   1"),
+     "no lm loss logged"),
+])
+def test_bad_numerics_are_never_healthy(tmp_path, line, needle, capsys):
+    log = _with_line(tmp_path, line)
+    code = main(["verify-log", log])
+    out = capsys.readouterr().out
+    assert code == 1 and needle in out and "losses: UNHEALTHY" in out and "finite" not in out
+
+
+def test_grad_norm_blowup_found_against_earlier_values(tmp_path):
+    log = _with_line(tmp_path, GRAD_NORM_BLOWUP.replace("224119.688", "400.000"))
+    assert any("grad norm 400.000" in p and "x the median" in p for p in parse(log).unhealthy())
+    assert not parse(_with_line(tmp_path, GRAD_NORM_BLOWUP.replace("224119.688", "3.000"), "ok.log")).unhealthy()
+
+
+def test_negative_warmup_is_bad_usage(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["verify-log", "--warmup", "-5", ON])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--warmup" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(UsageError, match="--warmup"):
+        verify([ON], warmup=-5)
+
+
+def _shifted(tmp_path, src: str, by: int, name: str) -> str:
+    import re
+
+    text = re.sub(r"iteration\s+(\d+)/\s*(\d+)", lambda m: f"iteration {int(m.group(1)) + by:8d}/{int(m.group(2)) + by:8d}",
+                  Path(src).read_text())
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_warmup_is_counted_by_position(tmp_path):
+    """A log numbered from 100 has the same steady window as the same log numbered from 1."""
+    _, plain = verify([OFF, ON])
+    off100, on100 = _shifted(tmp_path, OFF, 99, "off.log"), _shifted(tmp_path, ON, 99, "on.log")
+    assert parse(on100).steady_ms(2) == parse(ON).steady_ms(2)
+    _, shifted = verify([off100, on100])
+    speed = lambda lines: next(x for x in lines if "speedup" in x).split("speedup ")[1].split("x")[0]  # noqa: E731
+    assert speed(shifted) == speed(plain)
+
+
+def test_no_speedup_for_logs_with_no_common_iteration(tmp_path):
+    code, lines = verify([OFF, _shifted(tmp_path, ON, 1000, "later.log")])
+    assert code == 1
+    assert any("no iteration in common" in x for x in lines)
+    assert not any(re.search(r"speedup [0-9]", x) for x in lines), lines
+
+
+def test_a_large_log_is_streamed(tmp_path):
+    """24 MB of log (60 000 iteration lines among filler) in a few MB of memory: reading the file whole,
+    as before, needs more than its size."""
+    import tracemalloc
+
+    head = Path(ON).read_text()
+    big = tmp_path / "big.log"
+    filler = "[default0]: some unrelated framework chatter that fills a log line to a realistic length .....\n"
+    with open(big, "w") as f:
+        f.write(head)
+        for i in range(7, 60_007):
+            f.write(f" [2026-11-30 10:45:41] iteration {i:8d}/  200000 | consumed samples: {16 * i:12d} | elapsed time "
+                    f"per iteration (ms): 707.0 | learning rate: 2.6E-04 | global batch size:    16 | lm loss: "
+                    f"{9.5 - i * 1e-6:.6E} | loss scale: 1.0 | grad norm: 2.180 | number of skipped iterations:   0 | "
+                    f"number of nan iterations:   0 |\n")
+            f.write(filler)
+    size = big.stat().st_size
+    assert size > 24e6
+    tracemalloc.start()
+    report = parse(str(big))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(report.series) == 60_006 and not report.unhealthy()
+    assert peak < 10e6, f"peak {peak / 1e6:.1f} MB for a {size / 1e6:.0f} MB log"

@@ -11,13 +11,19 @@ other; a folder merges them. From a Megatron-Bridge training log (plain, or torc
 * the "Configuration Summary (Non-Default Values vs Megatron Core)" block: the overlap flag,
   delayed wgrad, high-priority all-to-all stream, dispatcher type and flex backend (a field absent
   from the block has MCore's default: overlap False, dispatcher 'allgather', backend 'deepep');
-* iteration lines: iteration, elapsed ms, lm loss, skipped and NaN counters;
+* iteration lines: iteration, elapsed ms, lm loss, grad norm, skipped and NaN counters, read by the
+  numerics reader ``diagnose`` uses too (``diagnose.iterations``): a NaN/Inf loss, a NaN iteration, a
+  grad-norm blow-up or a loss spike makes the log unhealthy (exit 1), never "finite";
 * warnings that mean a silent fallback (flex -> alltoall) or a slow path
   (``CUDA_DEVICE_MAX_CONNECTIONS=1``, reported by this library's rules).
 
-One log: a verdict (overlap active or not, and why), steady-window step time, loss health.
-Two logs (reference first, e.g. overlap off, then on): also the speedup over the steady window
-and loss parity (``numerics.compare_losses``). Exit 0 when the logs parse and the losses are
+One log: a verdict (overlap active or not, and why), steady-window step time, loss health. The
+warm-up is the first ``--warmup`` iteration lines of each log, by position (a log resumed at
+iteration 100 has its warm-up too); ``--warmup`` must be >= 0. Two logs (reference first, e.g.
+overlap off, then on): also the speedup over the iterations both logs have after their warm-up,
+and loss parity (``numerics.compare_losses``); two logs with no iteration in common get neither
+(exit 1, saying so). Logs are streamed line by line: memory grows with the number of iterations
+(48 bytes each), not with the size of the file. Exit 0 when the logs parse and the losses are
 healthy and match; 1 when they do not, or when a log of the two has no iteration lines (then it
 says which, and that MB prints them on the last rank); 2 for an unreadable file, an empty folder or
 a file that is not a Megatron-Bridge training log (one line, no traceback).
@@ -32,16 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import UsageError
+from ..diagnose.iterations import IterationSeries
+from ..diagnose.sources import TextSource, lines
+from .exits import non_negative_int
 from .numerics import compare_losses
 
-_PREFIX = re.compile(r"^\[[a-z]*\d+\]:\s?")
 _FIELD = re.compile(r"^\s+(\w+): (.+?)\s+\(Mcore default: .*\)\s*$")
-_ITER = re.compile(
-    r"iteration\s+([0-9]{1,18})/\s*[0-9]+ \|.*?elapsed time per iteration \(ms\): ([^\s|]+) \|.*?"
-    r"lm loss: ([^\s|]+) \|.*?number of skipped iterations:\s+([0-9]{1,18}) \| number of nan iterations:\s+([0-9]{1,18})"
-)
 FALLBACK = re.compile(r"Falling back to alltoall")
 SLOW_CONNECTIONS = re.compile(r"cuda-device-max-connections|CUDA_DEVICE_MAX_CONNECTIONS=1\b")
+MAX_WARNINGS = 20
 DEFAULTS = {
     "overlap_moe_expert_parallel_comm": "False",
     "delay_wgrad_compute": "False",
@@ -56,7 +61,7 @@ class LogReport:
     path: str
     has_summary: bool = False
     fields: dict[str, str] = field(default_factory=dict)
-    iterations: dict[int, dict] = field(default_factory=dict)
+    series: IterationSeries = field(default_factory=IterationSeries)
     fallbacks: list[str] = field(default_factory=list)
     slow_paths: list[str] = field(default_factory=list)
 
@@ -69,26 +74,37 @@ class LogReport:
             "moe_token_dispatcher_type"
         ) in ("alltoall", "flex")
 
+    @property
+    def iterations(self) -> dict[int, dict]:
+        """iteration -> its numbers (a view built on demand; the report keeps columns)."""
+        s = self.series
+        return {int(i): {"ms": ms, "loss": loss, "grad_norm": g, "skipped": int(sk), "nan": int(n)}
+                for i, ms, loss, g, sk, n in zip(s.numbers, s.ms, s.loss, s.grad_norm, s.skipped, s.nan)}
+
     def losses(self) -> dict[int, float]:
-        return {i: it["loss"] for i, it in self.iterations.items()}
+        return self.series.losses()
+
+    def steady(self, warmup: int) -> dict[int, float]:
+        """iteration -> elapsed ms after the first ``warmup`` iteration lines (by position)."""
+        return dict(zip(self.series.numbers[warmup:], self.series.ms[warmup:]))
 
     def steady_ms(self, warmup: int) -> list[float]:
-        return [it["ms"] for i, it in sorted(self.iterations.items()) if i > warmup]
+        return self.series.steady_ms(warmup)
 
     def unhealthy(self) -> list[str]:
-        if not self.iterations:
+        if not len(self.series):
             return [_NO_ITERATION_LINES]
-        out = [f"iteration {i}: loss {it['text']}" + (" (not a number)" if math.isnan(it["loss"]) and it["text"].lower() != "nan"
-                                                    else "")
-               for i, it in sorted(self.iterations.items()) if not math.isfinite(it["loss"])]
-        last = self.iterations[max(self.iterations)] if self.iterations else None
-        if last and (last["skipped"] or last["nan"]):
-            out.append(f"{last['skipped']} skipped and {last['nan']} NaN iterations")
-        return out
+        return [f"iteration {a.iteration}: {a.detail}" + (f" ({a.where})" if a.kind in _LOCATED else "")
+                for a in self.series.problems()]
+
+
+_LOCATED = ("grad-norm-blowup", "loss-spike")
 
 
 def parse(path: str | Path) -> LogReport:
     p = Path(path)
+    if not p.exists():
+        raise UsageError("log file", str(path), "a readable file (No such file or directory)", "unreadable")
     files = sorted(p.rglob("*.log")) if p.is_dir() else [p]
     if not files:
         raise UsageError("log folder", str(path), "a folder with *.log files (torchrun --log-dir, a bench run folder)",
@@ -96,46 +112,32 @@ def parse(path: str | Path) -> LogReport:
     report = LogReport(str(path))
     for f in files:
         try:
-            text = f.read_text(errors="replace")
+            _read_into(report, TextSource(str(f), path=f))
         except OSError as e:
             raise UsageError("log file", str(f), f"a readable file ({e.strerror})", "unreadable") from None
-        _read_into(report, text)
-    if not report.has_summary and not report.iterations:
+    if not report.has_summary and not len(report.series):
         raise UsageError("Megatron-Bridge training log", str(path),
                          "a log with the configuration summary or iteration lines", "not a")
     return report
 
 
-def _read_into(report: LogReport, text: str) -> None:
+def _read_into(report: LogReport, source: TextSource) -> None:
     in_model_block = False
-    for raw in text.splitlines():
-        line = _PREFIX.sub("", raw)
+    for where, _rank, line, _raw in lines(source):
         if "Configuration Summary (Non-Default Values vs Megatron Core)" in line:
             report.has_summary = True
         if line.startswith("["):
             in_model_block = line.startswith("[model]")
         if in_model_block and (m := _FIELD.match(line)) and m.group(1) in DEFAULTS:
             report.fields.setdefault(m.group(1), m.group(2))
-        if (m := _ITER.search(line)) and int(m.group(1)) not in report.iterations:
-            report.iterations[int(m.group(1))] = {
-                "ms": _number(m.group(2)), "loss": _number(m.group(3)), "text": m.group(3),
-                "skipped": int(m.group(4)), "nan": int(m.group(5)),
-            }
-        if FALLBACK.search(line) and line.strip() not in report.fallbacks:
-            report.fallbacks.append(line.strip())
-        if SLOW_CONNECTIONS.search(line) and line.strip() not in report.slow_paths:
-            report.slow_paths.append(line.strip())
-
-
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan  # reported by unhealthy() with the text as logged
+        report.series.feed(line, where)
+        for pattern, found in ((FALLBACK, report.fallbacks), (SLOW_CONNECTIONS, report.slow_paths)):
+            if pattern.search(line) and line.strip() not in found and len(found) < MAX_WARNINGS:
+                found.append(line.strip())
 
 
 def verdict_lines(report: LogReport, warmup: int) -> list[str]:
-    lines = []
+    lines_out = []
     if report.has_summary:
         state = "ACTIVE" if report.overlap_active else "NOT active"
         why = (f"overlap_moe_expert_parallel_comm={report.value('overlap_moe_expert_parallel_comm')}, "
@@ -145,27 +147,31 @@ def verdict_lines(report: LogReport, warmup: int) -> list[str]:
         why += f", delay_wgrad={report.value('delay_wgrad_compute')}"
         if report.value("high_priority_a2a_comm_stream") == "True":
             why += ", high-priority all-to-all stream"
-        lines.append(f"EP overlap {state} ({why})")
+        lines_out.append(f"EP overlap {state} ({why})")
     else:
-        lines.append("EP overlap: unknown (no configuration summary in this log)")
+        lines_out.append("EP overlap: unknown (no configuration summary in this log)")
+    n = len(report.series)
     steady = report.steady_ms(warmup)
     if steady:
-        lines.append(f"{len(report.iterations)} iterations; steady median {statistics.median(steady):.1f} ms/iteration "
-                     f"(iterations after {warmup})")
-    elif not report.iterations:
-        lines.append(_NO_ITERATIONS)
+        first = report.series.numbers[warmup]
+        lines_out.append(f"{n} iterations; steady median {statistics.median(steady):.1f} ms/iteration "
+                         f"(from iteration {first}, after the first {warmup} iteration lines)")
+    elif not n:
+        lines_out.append(_NO_ITERATIONS)
     else:
-        lines.append(f"{len(report.iterations)} iterations, none after the {warmup} warm-up iterations: no steady window")
+        lines_out.append(f"{n} iterations, none after the {warmup} warm-up iterations: no steady window")
     problems = [p for p in report.unhealthy() if p != _NO_ITERATION_LINES]
-    if report.iterations:
-        lines.append("losses: " + ("; ".join(problems) if problems else "finite, 0 skipped, 0 NaN"))
+    if n:
+        lines_out.append("losses: " + ("UNHEALTHY: " + "; ".join(problems[:5])
+                                       + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+                                       if problems else "finite, 0 skipped, 0 NaN, grad norm steady"))
     else:
-        lines.append("losses: not checked (no iteration lines)")
+        lines_out.append("losses: not checked (no iteration lines)")
     for f in report.fallbacks:
-        lines.append(f"SILENT FALLBACK: {f}")
+        lines_out.append(f"SILENT FALLBACK: {f}")
     for s in report.slow_paths:
-        lines.append(f"SLOW PATH: {s}")
-    return lines
+        lines_out.append(f"SLOW PATH: {s}")
+    return lines_out
 
 
 _NO_ITERATION_LINES = "no iteration lines"
@@ -176,6 +182,9 @@ _NO_ITERATIONS = (f"{_NO_ITERATION_LINES}: MB prints them on the last rank only 
 def verify(paths: list[str], warmup: int = 2) -> tuple[int, list[str]]:
     if not 1 <= len(paths) <= 2:
         raise UsageError("number of logs", len(paths), "1 (verdict) or 2 (reference, candidate)", "wrong")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise UsageError("--warmup", warmup, "an integer >= 0 (iteration lines left out of the steady window)",
+                         "bad")
     reports = [parse(p) for p in paths]
     out, code = [], 0
     for r in reports:
@@ -184,32 +193,44 @@ def verify(paths: list[str], warmup: int = 2) -> tuple[int, list[str]]:
         code |= 1 if r.unhealthy() or r.fallbacks else 0
     if len(reports) == 2:
         ref, cand = reports
-        if not (ref.iterations and cand.iterations):
-            out.append(f"== {cand.path} vs {ref.path}: not compared ({_NO_ITERATION_LINES} in "
-                       + " and ".join(r.path for r in reports if not r.iterations) + ")")
+        head = f"== {cand.path} vs {ref.path}"
+        if not (len(ref.series) and len(cand.series)):
+            out.append(f"{head}: not compared ({_NO_ITERATION_LINES} in "
+                       + " and ".join(r.path for r in reports if not len(r.series)) + ")")
             return code | 1, out
-        a, b = ref.steady_ms(warmup), cand.steady_ms(warmup)
-        ok_times = a and b and all(math.isfinite(t) and t > 0 for t in (*a, *b))
-        speed = (f"speedup {statistics.median(a) / statistics.median(b):.3f}x over the steady window" if ok_times
-                 else "no steady window for a speedup" if not (a and b)
+        if not set(ref.series.numbers) & set(cand.series.numbers):
+            out.append(f"{head}: not compared (no iteration in common: {_span(ref)} vs {_span(cand)})")
+            return code | 1, out
+        a, b = ref.steady(warmup), cand.steady(warmup)
+        common = sorted(set(a) & set(b))
+        times = [a[i] for i in common], [b[i] for i in common]
+        ok_times = common and all(math.isfinite(t) and t > 0 for t in (*times[0], *times[1]))
+        speed = (f"speedup {statistics.median(times[0]) / statistics.median(times[1]):.3f}x over the "
+                 f"{len(common)} steady iterations both have" if ok_times
+                 else "no steady window both logs have, no speedup" if not common
                  else "no speedup: an elapsed time in the steady window is zero or not a number")
         parity = compare_losses(ref.losses(), cand.losses())
         verdict = (f"losses match (max rel diff {parity.max_rel_diff:.1e})" if parity.ok
                    else "losses DIFFER: " + "; ".join(parity.problems[:3]))
-        out.append(f"== {cand.path} vs {ref.path}: {speed}; {verdict}")
+        out.append(f"{head}: {speed}; {verdict}")
         code |= 0 if parity.ok else 1
     return code, out
+
+
+def _span(report: LogReport) -> str:
+    return f"iterations {report.series.numbers[0]}-{report.series.numbers[-1]}"
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("verify-log", help="verdict on MB training logs: overlap active, speedup, loss parity")
     p.add_argument("logs", nargs="+", metavar="LOG",
                    help="one log, or reference then candidate; a folder = all *.log below it (one run's ranks)")
-    p.add_argument("--warmup", type=int, default=2, help="iterations excluded from the steady window")
+    p.add_argument("--warmup", type=non_negative_int, default=2,
+                   help="iteration lines (by position) left out of the steady window")
     p.set_defaults(handler=_main)
 
 
 def _main(args) -> int:
-    code, lines = verify(args.logs, args.warmup)
-    print("\n".join(lines))
+    code, lines_out = verify(args.logs, args.warmup)
+    print("\n".join(lines_out))
     return code

@@ -1,0 +1,222 @@
+"""``diagnose(paths) -> Diagnosis``: every reader over what a run left behind, then the signatures.
+
+Contract
+--------
+Reads each text source once, as a stream (``sources.lines``): every line is tried against the
+signatures' patterns (one combined expression first, so a large log costs one search a line), fed to
+the iteration reader (numerics) and kept, boundedly, when it looks like a failure. Crashes are read
+with the launcher's own readers (``tools.launch.rank_crashes`` over the crash reports captured while
+streaming); faulthandler files, facts and watchdog events per ``base.run_files``; flight-recorder
+dumps with torch's analyzer (``flight_recorder``), the diverging collective's frames placed in the
+schedule (``schedule``). Findings are ranked: specific before generic, then by confidence, then by
+how many lines matched. Two or more PATHs that each hold iteration lines are also compared as runs
+(first = reference): a candidate not faster than the reference is a no-speed-up finding, with the
+reasons the facts give. ``UsageError`` for a path that cannot be read; never any other exception
+for what is inside the files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections import deque
+from pathlib import Path
+from typing import BinaryIO
+
+from ..base import run_files
+from ..tools import launch
+from . import flight_recorder, schedule
+from .iterations import IterationSeries
+from .report import Diagnosis, Finding
+from .signatures import Signature, all_signatures
+from .sources import Evidence, TextSource, collect, lines
+
+SUSPICIOUS = re.compile(r"(\w(Error|Exception)\b:|^Traceback \(most recent call last\)|\bFAILED\b|Fatal |"
+                        r"\b[Tt]imeout\b|TIMEOUT|timed out|received signal|Signal \d+ \(SIG|Killed|"
+                        r"[Ff]alling back|CUDA error|NCCL WARN|Segmentation fault|core dumped|\bhangs?\b|"
+                        r"exitcode\s*:\s*-?[1-9])")
+MAX_SUSPICIOUS = 20
+CRASH_CAPTURE_LINES = 200
+NO_SPEEDUP_MARGIN = 0.02
+_TORCHRUN_SUMMARY = re.compile(r"^\s*(rank|exitcode)\s*:")
+
+
+def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis:
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    ev = collect(paths, stdin)
+    sigs = all_signatures()
+    by_id = {s.id: s for s in sigs}
+    findings: dict[str, Finding] = {}
+
+    def finding(sig_id: str) -> Finding:
+        return findings.setdefault(sig_id, Finding(by_id[sig_id]))
+
+    patterned = [s for s in sigs if s.patterns]
+    combined = re.compile("|".join(f"(?:{p})" for s in patterned for p in s.patterns))
+    series = IterationSeries()
+    suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
+    crash_text: dict[str, str] = {}
+    per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
+    diagnosis = Diagnosis()
+
+    for src in ev.texts + ev.faulthandler:
+        owner = _owner(src, paths, ev)
+        captured: list[str] = []
+        capture_left = 0
+        for where, rank, text, raw in lines(src):
+            if hit := combined.search(text):
+                shown = text.strip() if len(text) <= 300 else "..." + text[max(0, hit.start() - 60):hit.start() + 240]
+                for s in patterned:
+                    if any(p.search(text) for p in s.compiled()):
+                        finding(s.id).add(f"{where}: {shown}")
+            series.feed(text, where)
+            if owner in per_path_series:
+                per_path_series[owner].feed(text, where)
+            if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
+                suspicious.append(f"{where}: {text.strip()[:300]}")
+            if text.startswith("Fatal Python error:"):
+                capture_left = CRASH_CAPTURE_LINES
+            if capture_left or _TORCHRUN_SUMMARY.match(text):
+                captured.append(raw)
+                capture_left = max(capture_left - 1, 0)
+        if captured:
+            crash_text[_crash_name(src)] = "\n".join(captured) + "\n"
+    if ev.texts:
+        diagnosis.read.append(f"{len(ev.texts)} log files" if len(ev.texts) > 1 else ev.texts[0].label)
+    if ev.faulthandler:
+        diagnosis.read.append(f"faulthandler output of rank(s) {', '.join(sorted(str(s.rank) for s in ev.faulthandler))}")
+
+    _numerics(series, finding)
+    _crashes(crash_text, finding)
+    _facts(ev, sigs, finding, diagnosis)
+    _watchdog(ev, finding, diagnosis)
+    _flight_recorder(ev, finding, diagnosis)
+    if len(per_path_series) >= 2:
+        _compare_runs(paths, per_path_series, ev, finding)
+
+    for f in findings.values():
+        if f.signature.rule and f.signature.facts_pass and ev.facts:
+            verdicts = {f.signature.facts_pass(facts) for facts in ev.facts.values()}
+            f.rule_passes = False if False in verdicts else True if verdicts == {True} else None
+    diagnosis.findings = sorted(findings.values(), key=lambda f: f.score, reverse=True)
+    diagnosis.suspicious = list(suspicious) if not diagnosis.recognised else []
+    diagnosis.notes += [f"not read: {s}" for s in ev.skipped]
+    return diagnosis
+
+
+_ITER_LINE = re.compile(r"\biteration\s+[0-9]+/\s*[0-9]+\s*\|")
+
+
+def _owner(src: TextSource, paths: list[str], ev: Evidence) -> str | None:
+    if src.path is None:
+        return "-"
+    for p in paths:
+        if p != "-" and (src.path == Path(p) or Path(p) in src.path.parents):
+            return p
+    return None
+
+
+def _crash_name(src: TextSource) -> str:
+    """A name ``launch.rank_texts`` reads the rank from: torchrun's per-rank path, or the evidence file's rank."""
+    if src.rank is not None and "attempt_" not in src.label:
+        return f"attempt_0/{src.rank}/stderr.log"
+    return src.label
+
+
+def _numerics(series: IterationSeries, finding) -> None:
+    for a in series.anomalies:
+        if a.kind in ("non-finite-loss", "nan-iterations", "grad-norm-blowup", "loss-spike"):
+            finding(a.kind).add(f"{a.where}: iteration {a.iteration}: {a.detail}")
+
+
+def _crashes(crash_text: dict[str, str], finding) -> None:
+    if not crash_text:
+        return
+    crashes = launch.rank_crashes(crash_text)
+    for c in crashes:
+        sig = "segmentation-fault" if c.signal == "SIGSEGV" else "abort-signal" if c.signal == "SIGABRT" else None
+        if sig is None:
+            continue
+        f = finding(sig)
+        place = schedule.place(schedule.faulthandler_frames(c.stack))
+        f.detail.append(f"rank {c.rank}: {c.signal}{c.where()}" + (f"; {place.words()}" if place.phase or place.schedule else ""))
+        f.detail += [f"  {frame}" for frame in c.stack[:8]]
+
+
+def _facts(ev: Evidence, sigs: tuple[Signature, ...], finding, diagnosis: Diagnosis) -> None:
+    """A facts-raised signature whose condition a rank's facts show (``facts_pass`` False)."""
+    if not ev.facts:
+        return
+    diagnosis.read.append(f"facts of rank(s) {', '.join(sorted(ev.facts, key=int))}")
+    for rank, facts in sorted(ev.facts.items(), key=lambda kv: int(kv[0])):
+        for s in sigs:
+            if s.found_by == "facts" and s.facts_pass and s.facts_pass(facts) is False:
+                shown = ", ".join(f"{k}={json.dumps(facts.get(k), sort_keys=True)}" for k in s.facts_keys)
+                finding(s.id).add(f"{run_files.facts_file('', rank).as_posix()}: {shown}")
+
+
+def _watchdog(ev: Evidence, finding, diagnosis: Diagnosis) -> None:
+    stalls = [e for e in ev.watchdog if e.get("event") == "stall"]
+    if ev.watchdog:
+        diagnosis.read.append(f"{len(ev.watchdog)} watchdog event(s)")
+    if not stalls:
+        return
+    f = finding("progress-stalled")
+    for e in stalls:
+        f.add(f"{e['where']}: rank {e.get('rank')}: no iteration for {e.get('seconds_since_progress')} s "
+              f"(threshold {e.get('threshold_s')} s) after iteration {e.get('iteration')}")
+    for src in ev.faulthandler:
+        text = _head(src)
+        frames = launch.faulthandler_stack(text)
+        if frames:
+            place = schedule.place(schedule.faulthandler_frames(frames))
+            f.detail.append(f"rank {src.rank} stack: {place.words()}")
+            f.detail += [f"  {frame}" for frame in frames[:6]]
+
+
+def _head(src: TextSource, limit: int = 4 << 20) -> str:
+    with src.open() as fh:
+        return fh.read(limit).decode("utf-8", errors="replace")
+
+
+def _flight_recorder(ev: Evidence, finding, diagnosis: Diagnosis) -> None:
+    for folder in ev.flight_recorder_dirs:
+        diagnosis.read.append(f"flight recorder {folder}")
+        result = flight_recorder.analyze(folder)
+        if result.error:
+            diagnosis.notes.append(result.error)
+        for m in result.mismatches[:3]:
+            f = finding("collective-not-joined")
+            f.add(f"{folder} (torch fr_trace): {m.line}")
+            place = schedule.place([(fn, file, line) for fn, file, line in m.frames])
+            missing = m.missing_ranks or "none named"
+            f.detail.append(f"collective {m.collective} (group {m.fields.get('group info', '?')}), sequence number "
+                            f"{m.sequence}: rank(s) {missing} did not join; the ranks that did are "
+                            f"{place.words()}")
+            user = [fr for fr in m.frames if "/torch/" not in fr[1]]
+            f.detail += [f"  {fn} at {Path(file).name}:{line}" for fn, file, line in user[:6]]
+
+
+def _compare_runs(paths, per_path_series, ev: Evidence, finding) -> None:
+    runs = [(p, s) for p, s in per_path_series.items() if len(s)]
+    if len(runs) < 2:
+        return
+    (ref_path, ref), *others = runs
+    ref_ms = statistics.median(ref.steady_ms(min(2, len(ref) - 1)))
+    for path, s in others:
+        ms = statistics.median(s.steady_ms(min(2, len(s) - 1)))
+        if ms > 0 and ref_ms / ms < 1 + NO_SPEEDUP_MARGIN:
+            _no_speedup_reason(ev, finding).add(f"{path}: steady median {ms:.1f} ms vs {ref_ms:.1f} ms in {ref_path} "
+                       f"(speed-up {ref_ms / ms:.3f}x)")
+
+
+def _no_speedup_reason(ev: Evidence, finding) -> Finding:
+    facts = list(ev.facts.values())
+    if facts and not any(f.get("overlap_moe_expert_parallel_comm") for f in facts):
+        return finding("overlap-not-active")
+    if any(str(f.get("cuda_device_max_connections")) == "1" for f in facts):
+        return finding("cuda-device-max-connections-1")
+    if any(f.get("microbatches_per_step") == 1 for f in facts):
+        return finding("one-microbatch-per-rank")
+    return finding("overlap-gained-nothing")

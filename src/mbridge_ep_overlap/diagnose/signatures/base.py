@@ -1,0 +1,80 @@
+"""The ``Signature`` row and the symptom classes (see the package docstring)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+# The symptom classes, in the order the report and the troubleshooting page list them.
+SYMPTOMS = {
+    "config-error": "upstream assertion or config error",
+    "hang": "hang",
+    "crash": "crash signal",
+    "numerics": "wrong numerics",
+    "fallback": "silent fallback",
+    "no-speedup": "no speed-up",
+    "hardware": "unsupported hardware",
+    "install": "install or build",
+}
+
+
+FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "crash", "runs")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Signature:
+    id: str
+    """Stable name, kebab-case, shown in reports and docs/troubleshooting.md."""
+    symptom: str
+    """A key of SYMPTOMS."""
+    patterns: tuple[str, ...]
+    """Regular expressions (case-sensitive); a line matching any one is evidence."""
+    cause: str
+    fix: str
+    source: str
+    """Upstream issue / PR URL, or ``installed:<package path>`` for text read from the installed package."""
+    emitted: tuple[str, ...]
+    """Text upstream really emits, one line each; every one must match a pattern (parity)."""
+    confidence: float
+    """How sure one match makes us that this is the cause, 0..1."""
+    rule: str | None = None
+    """Id of the rule in ``core.rules`` that refuses this configuration before the run."""
+    versions: str = "all known"
+    """Which upstream versions print it (as the source says)."""
+    corpus_report: str | None = None
+    """For text of packages not installed here (DeepEP, NVSHMEM, TE kernels): the id of the failure report
+    (``tests/unit/fixtures/failure_reports``) whose verbatim log holds ``emitted``; its URL is ``source``."""
+    generic: bool = False
+    found_by: str = "patterns"
+    """What recognises it: "patterns" (a line of text), or the reader of structured evidence that
+    raises it: "numerics" (MB's iteration lines), "flight-recorder" (torch's analyzer), "watchdog",
+    "facts" (the effective facts every rank writes), "crash" (faulthandler / torchrun exit codes),
+    "runs" (two runs' step times compared)."""
+    facts_pass: Callable[[dict], bool | None] | None = field(default=None, compare=False)
+    """From a rank's effective facts (``base.run_files.FACT_KEYS``): False when they show this failure's
+    condition (which is then what ``rule`` refuses), True when they rule it out, None where they do not say.
+    A ``found_by="facts"`` signature is raised by a False."""
+    facts_keys: tuple[str, ...] = ()
+    """The facts shown as evidence when ``facts_pass`` raises it."""
+
+    def __post_init__(self) -> None:
+        if self.found_by not in FOUND_BY:
+            raise ValueError(f"signature {self.id}: unknown reader {self.found_by!r}")
+        if self.symptom not in SYMPTOMS:
+            raise ValueError(f"signature {self.id}: unknown symptom class {self.symptom!r}")
+        if not 0 < self.confidence <= 1:
+            raise ValueError(f"signature {self.id}: confidence {self.confidence} not in (0, 1]")
+
+    def compiled(self) -> tuple[re.Pattern, ...]:
+        return _compiled(self.patterns)
+
+
+_CACHE: dict[tuple[str, ...], tuple[re.Pattern, ...]] = {}
+
+
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern, ...]:
+    if patterns not in _CACHE:
+        _CACHE[patterns] = tuple(re.compile(p) for p in patterns)
+    return _CACHE[patterns]
+

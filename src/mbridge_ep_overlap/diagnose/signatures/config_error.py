@@ -1,0 +1,146 @@
+"""Upstream assertion or config error: MCore's ``TransformerConfig.__post_init__`` asserts and MB's
+validation errors that an EP-overlap configuration meets at finalize. Each names the rule of this
+library that refuses the same configuration before the run (``plan``, ``enable_ep_overlap``)."""
+
+from __future__ import annotations
+
+import re
+
+from .base import Signature
+
+_TC = "installed:megatron/core/transformer/transformer_config.py"
+_MCORE = "megatron-core 0.19 (TransformerConfig.__post_init__)"
+
+
+def _assert(id: str, text: str, cause: str, fix: str, rule: str, facts_pass=None) -> Signature:
+    return Signature(id=id, symptom="config-error", patterns=(re.escape(text),),
+                     cause=cause, fix=fix, source=_TC, emitted=(text,), confidence=0.95, rule=rule,
+                     versions=_MCORE, facts_pass=facts_pass)
+
+
+SIGNATURES = (
+    _assert("overlap-needs-expert-parallel",
+            "overlap_moe_expert_parallel_comm is only supported with expert model parallelism",
+            "EP overlap was switched on with expert_model_parallel_size == 1: there is no all-to-all to hide.",
+            "set model.expert_model_parallel_size > 1, or leave overlap off", "ep-size"),
+    _assert("overlap-needs-alltoall-or-flex",
+            "overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher",
+            "EP overlap with the allgather dispatcher (MCore's default when no dispatcher is set).",
+            "enable_ep_overlap(cfg, 'alltoall' | 'deepep' | 'hybridep'), or "
+            "model.moe_token_dispatcher_type=alltoall", "dispatcher-type",
+            facts_pass=lambda f: (None if f.get("moe_token_dispatcher_type") is None
+                                  else f["moe_token_dispatcher_type"] in ("alltoall", "flex"))),
+    _assert("overlap-full-recompute",
+            "disable full recomputation when enabling overlap_moe_expert_parallel_comm",
+            "Full activation recomputation re-runs whole layers, which the combined 1F1B schedule cannot split.",
+            "model.recompute_granularity=selective (or null)", "full-recompute"),
+    _assert("overlap-recompute-method",
+            "disable recomputation method when enabling overlap_moe_expert_parallel_comm",
+            "A recompute_method (uniform/block) is set with EP overlap.", "model.recompute_method=null",
+            "recompute-method"),
+    _assert("overlap-recompute-num-layers",
+            "recompute_num_layers must be None when enabling overlap_moe_expert_parallel_comm",
+            "recompute_num_layers is set with EP overlap.", "model.recompute_num_layers=null",
+            "recompute-num-layers"),
+    _assert("overlap-moe-recompute",
+            "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm",
+            "'moe' is in recompute_modules: recomputing the MoE block would re-issue the all-to-alls.",
+            "remove 'moe' from model.recompute_modules", "moe-recompute"),
+    _assert("overlap-needs-bf16-or-fp16",
+            "overlap_moe_expert_parallel_comm is only supported with bf16 or fp16 model",
+            "EP overlap on an fp32 model.", "use a bf16 mixed-precision recipe (mixed_precision=bf16_mixed)",
+            "precision"),
+    _assert("overlap-shared-expert-overlap",
+            "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm",
+            "moe_shared_expert_overlap and EP overlap both schedule the shared expert; MCore allows one.",
+            "model.moe_shared_expert_overlap=false (EP overlap already hides the shared expert)",
+            "shared-expert-overlap"),
+    Signature(
+        id="overlap-mtp-layers", symptom="config-error",
+        patterns=(re.escape("MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm."),
+                  re.escape("MTP layernum only supports 1 when enabling overlap_moe_expert_parallel_comm.")),
+        cause="More than one multi-token-prediction layer with EP overlap; before Megatron-LM PR #5912 MCore also "
+              "refused mtp_num_layers=0 (no MTP, the default of hybrid models such as GPT-OSS).",
+        fix="model.mtp_num_layers=1, or None for no MTP (0 on megatron-core before PR #5912)",
+        source=_TC, emitted=("MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm.",),
+        confidence=0.95, rule="mtp-layers", versions=_MCORE + "; the older wording before Megatron-LM PR #5912"),
+    _assert("overlap-pp-needs-vpp",
+            "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when "
+            "pipeline_model_parallel_size > 1",
+            "Pipeline parallelism without a virtual pipeline size: the combined 1F1B schedule needs "
+            "interleaving to pair a forward with a backward.",
+            "set model.virtual_pipeline_model_parallel_size (plan --resolve auto picks one)", "pp-needs-vpp"),
+    _assert("delay-wgrad-needs-overlap",
+            "overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute",
+            "delay_wgrad_compute without EP overlap.", "enable EP overlap too, or delay_wgrad_compute=false",
+            "delay-wgrad-needs-overlap"),
+    _assert("overlap-cuda-graph-moe-scope",
+            "CUDA graph scope on moe and mlp is not supported with overlap_moe_expert_parallel_comm",
+            "Transformer Engine CUDA graphs capture the moe/mlp scope that EP overlap splits across streams.",
+            "drop moe and mlp from model.cuda_graph_scope", "cuda-graph-moe-scope"),
+    _assert("overlap-torch-too-old",
+            "A2A Overlap encounters hang issue with torch version < 2.6.0",
+            "torch older than 2.6 with EP overlap (MCore knows it hangs).", "upgrade torch to >= 2.6",
+            "torch-version"),
+    Signature(
+        id="deepep-backend-left-after-fallback", symptom="config-error",
+        patterns=(r"DeepEP is supported for Ampere, Hopper, and Blackwell \(B200/B300\) GPUs\. Current GPU: "
+                  r"NVIDIA GB\d+",),
+        cause="moe_flex_dispatcher_backend='deepep' reached MB's validation on a GPU DeepEP does not support "
+              "(GB200/GB300): the fallback to alltoall kept the DeepEP backend setting, finalize switched the "
+              "dispatcher back to flex and validation raised.",
+        fix="use the hybridep backend on GB200/GB300 (enable_ep_overlap(cfg, 'hybridep')), or clear "
+            "model.moe_flex_dispatcher_backend when choosing alltoall; fixed upstream by MB PR #5207",
+        source="https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/5207",
+        emitted=("ValueError: DeepEP is supported for Ampere, Hopper, and Blackwell (B200/B300) GPUs. "
+                 "Current GPU: NVIDIA GB200",), corpus_report="megatron-bridge-5207",
+        confidence=0.9, rule="flex-backend-gpu", versions="megatron-bridge 0.2 - 0.6 (before PR #5207)"),
+)
+
+SIGNATURES += (
+    Signature(
+        id="deepep-internode-chunk-budget", symptom="config-error",
+        patterns=(r"num_max_nvl_chunked_recv_tokens / num_rdma_ranks > std::max\(num_max_rdma_chunked_send_tokens",),
+        cause="At this scale DeepEP's NVLink receive-chunk budget divided by the number of RDMA ranks is smaller "
+              "than the send chunk sizes: the default internode dispatch/combine Config does not fit.",
+        fix="pass a DeepEP Config retuned for the RDMA rank count (a larger num_max_nvl_chunked_recv_tokens, "
+            "smaller send chunks)",
+        source="https://github.com/deepseek-ai/DeepEP/issues/300",
+        emitted=("`EP_HOST_ASSERT(num_max_nvl_chunked_recv_tokens / num_rdma_ranks > "
+                 "std::max(num_max_rdma_chunked_send_tokens, num_max_nvl_chunked_send_tokens));`",),
+        corpus_report="deepep-300", confidence=0.9, versions="DeepEP 1.x"),
+    Signature(
+        id="deepep-low-latency-token-limit", symptom="config-error",
+        patterns=(r"x\.size\(0\) <= num_max_dispatch_tokens_per_rank",),
+        cause="More tokens per rank than the low-latency buffer's num_max_dispatch_tokens_per_rank (on GB200 only "
+              "DeepEP's low-latency kernels run: its normal kernels allow at most 8 GPUs per node).",
+        fix="lower the tokens per rank (micro batch x sequence length) or build the buffer with a larger "
+            "num_max_dispatch_tokens_per_rank (needs a deeper NVSHMEM queue-pair depth); on GB200 use HybridEP",
+        source="https://github.com/deepseek-ai/DeepEP/issues/392",
+        emitted=("[rank0]: RuntimeError: Failed: Assertion error /workspace/fireworks/third-party/DeepEP/csrc/"
+                 "deep_ep.cpp:1134 'x.size(0) == topk_idx.size(0) and x.size(0) <= num_max_dispatch_tokens_per_rank'",),
+        corpus_report="deepep-392", confidence=0.85, versions="DeepEP 1.x low-latency mode"),
+    Signature(
+        id="hybridep-expert-layout-mismatch", symptom="config-error",
+        patterns=(r"hybrid_ep/executor/executor\.cu:\d+:.*Assertion `num_of_expert == config\.num_of_experts_per_rank",),
+        cause="HybridEP's expert count does not equal experts per rank x ranks per node x nodes: its topology "
+              "(NVLink domain, ranks per node) disagrees with the run.",
+        fix="set NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN / the node count to the run's real layout "
+            "(enable_ep_overlap(cfg, 'hybridep') sets them from the target)",
+        source="https://github.com/deepseek-ai/DeepEP/issues/479",
+        emitted=("python3: /opt/DeepEP/csrc/hybrid_ep/executor/executor.cu:20: std::tuple<at::Tensor, at::Tensor, "
+                 "at::Tensor, at::Tensor, at::Tensor> Executor::metadata_preprocess_core(HybridEpConfigInstance, "
+                 "hybrid_ep::tmp_state_t*, at::Tensor, int): Assertion `num_of_expert == "
+                 "config.num_of_experts_per_rank * config.num_of_ranks_per_node * config.num_of_nodes' failed.",),
+        corpus_report="deepep-479", confidence=0.9, rule="hybridep-nvlink-domain", versions="DeepEP hybrid-ep"),
+    Signature(
+        id="grad-none-with-overlap-grad-reduce", symptom="config-error",
+        patterns=(r"param\.grad being None is not safe when overlap_grad_reduce is True",),
+        cause="A parameter's grad was None when MCore's DDP hook ran with overlap_grad_reduce: a Transformer Engine "
+              "module (GroupedLinear, the MoE grouped GEMM) saved its weight without grad_added_to_main_grad.",
+        fix="upgrade Transformer Engine to a release with TransformerEngine PR #1609 (or turn off "
+            "ddp.overlap_grad_reduce to confirm)",
+        source="https://github.com/NVIDIA/TransformerEngine/pull/1609",
+        emitted=("[rank0]: AssertionError: param.grad being None is not safe when overlap_grad_reduce is True",),
+        corpus_report="transformer-engine-1609", confidence=0.75, versions="TE 2.x before PR #1609"),
+)

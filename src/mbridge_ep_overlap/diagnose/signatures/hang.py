@@ -1,0 +1,70 @@
+"""Hang: ranks stop making progress. NCCL collectives are seen by torch's flight recorder and the NCCL
+watchdog; DeepEP and HybridEP kernels are not NCCL collectives, so their stalls show as the backends'
+own timeouts or as this library's progress watchdog with every rank's Python stack."""
+
+from __future__ import annotations
+
+from .base import Signature
+
+_STACKS_FIX = ("find the rank that diverged: `diagnose RUN_FOLDER` on a run launched by this library reads "
+               "every rank's stack (watchdog) and the flight recorder; the rank that is not in the same "
+               "dispatch/combine as the others is the one to debug")
+
+SIGNATURES = (
+    Signature(
+        id="deepep-dispatch-timeout", symptom="hang",
+        patterns=(r"DeepEP error: timeout \((dispatch|combine) CPU\)",),
+        cause="DeepEP's dispatch did not receive the peers' data within its CPU-side wait: a peer rank did not "
+              "reach the same dispatch (it diverged, stalled or died), or the internode RDMA/NVSHMEM path is not "
+              "delivering (a DeepEP x NVSHMEM build mismatch does this too).",
+        fix=_STACKS_FIX + "; check the other ranks' logs for the first error, and DeepEP's own internode "
+            "test on the same nodes (NVSHMEM/IBGDA set-up)",
+        source="https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/1335",
+        emitted=("RuntimeError: DeepEP error: timeout (dispatch CPU)",), corpus_report="megatron-bridge-1335",
+        confidence=0.85,
+        rule="deepep-built-with-nvshmem", versions="DeepEP 1.x (deep_ep/buffer.py)"),
+    Signature(
+        id="deepep-rdma-counters-never-arrived", symptom="hang",
+        patterns=(r"num_recv_tokens: -1, num_rdma_recv_tokens: -1",),
+        cause="DeepEP's internode dispatch did not receive the peers' token-count metadata over RDMA within its "
+              "CPU-side wait (every receive counter stays -1).",
+        fix="check the RDMA path between the nodes (NVSHMEM/IBGDA set-up, DeepEP's own internode test) and the "
+            "DeepEP x NVSHMEM versions the job's image pairs",
+        source="https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/5067",
+        emitted=("Global rank: 6, num_recv_tokens: -1, num_rdma_recv_tokens: -1",),
+        corpus_report="megatron-bridge-5067", confidence=0.9, rule="deepep-built-with-nvshmem",
+        versions="DeepEP 1.x internode kernels"),
+    Signature(
+        id="deepep-peer-exited", symptom="hang",
+        patterns=(r"destroy\(\) was not called before DeepEP buffer destruction",),
+        cause="A rank failed and exited (its DeepEP buffer was destroyed without destroy()); the other ranks "
+              "wait for it in the next dispatch or combine.",
+        fix="find the first error in the rank that exited (its own log, or `diagnose` on the run folder); "
+            "the hang on the others is a consequence",
+        source="https://github.com/deepseek-ai/DeepEP/issues/368",
+        emitted=("WARNING: destroy() was not called before DeepEP buffer destruction, which can leak resources.",),
+        corpus_report="deepep-368", confidence=0.7, versions="DeepEP 1.x"),
+    Signature(
+        id="collective-not-joined", symptom="hang",
+        patterns=(r"Not all ranks joining collective, sequence number",),
+        cause="One or more ranks did not issue a collective the others issued (torch's flight-recorder "
+              "analysis): the ranks' schedules diverged.",
+        fix=_STACKS_FIX, source="installed:torch/distributed/flight_recorder/components/utils.py",
+        emitted=("Not all ranks joining collective, sequence number: 12",), confidence=0.8,
+        found_by="flight-recorder", versions="torch 2.6+"),
+    Signature(
+        id="progress-stalled", symptom="hang", patterns=(),
+        cause="No iteration completed for longer than the progress watchdog's threshold.",
+        fix=_STACKS_FIX, source="installed:mbridge_ep_overlap/base/run_files.py", emitted=(),
+        confidence=0.5, generic=True, found_by="watchdog"),
+    Signature(
+        id="nccl-watchdog-timeout", symptom="hang",
+        patterns=(r"Watchdog caught collective operation timeout",),
+        cause="An NCCL collective did not complete within the process-group timeout: some rank did not join "
+              "it, or is stuck before it.",
+        fix=_STACKS_FIX, source="installed:torch/lib/libtorch_cuda.so",
+        emitted=("[rank0]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:685] [Rank 0] Watchdog caught "
+                 "collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLTOALL_BASE, NumelIn=2048, "
+                 "NumelOut=2048, Timeout(ms)=20000) ran for 20074 milliseconds before timing out.",),
+        confidence=0.4, generic=True, versions="torch 2.x"),
+)

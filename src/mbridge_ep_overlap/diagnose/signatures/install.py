@@ -1,0 +1,101 @@
+"""Install or build: a backend or kernel the configuration needs is not importable or too old."""
+
+from __future__ import annotations
+
+from .base import Signature
+
+
+def _release(text) -> tuple[int, ...] | None:
+    """'3.5.19' / '1.2.1+309785a' -> (3, 5, 19) / (1, 2, 1); None for what is not a version."""
+    parts = []
+    for piece in str(text or "").split("+")[0].split("."):
+        if not piece.isdigit():
+            break
+        parts.append(int(piece))
+    return tuple(parts) or None
+
+
+def _deepep_nvshmem_pairing_ok(facts: dict) -> bool | None:
+    versions = facts.get("versions") or {}
+    deep_ep, nvshmem = _release(versions.get("deep-ep")), _release(versions.get("nvshmem"))
+    if deep_ep is None or nvshmem is None:
+        return None
+    return not (deep_ep[:3] == (1, 2, 1) and nvshmem >= (3, 5, 19))
+
+SIGNATURES = (
+    Signature(
+        id="deepep-not-installed", symptom="install",
+        patterns=(r"DeepEP is not installed\. Please install DeepEP package", r"No module named '?deep_ep'?"),
+        cause="The flex dispatcher with the deepep backend was chosen, but the deep_ep package is not importable "
+              "in the training processes.",
+        fix="install DeepEP built against this torch/CUDA (and NVSHMEM for internode) in the job's image, "
+            "or choose the alltoall dispatcher; `mbridge-ep-overlap doctor` shows what is importable",
+        source="installed:megatron/core/transformer/moe/token_dispatcher.py",
+        emitted=("DeepEP is not installed. Please install DeepEP package from https://github.com/deepseek-ai/deepep.",),
+        confidence=0.9, rule="flex-backend-importable", versions="megatron-core 0.14+"),
+    Signature(
+        id="hybridep-not-installed", symptom="install",
+        patterns=(r"HybridEP is not installed\. Please install HybridEP package",),
+        cause="The flex dispatcher with the hybridep backend was chosen, but DeepEP's hybrid-ep build is not "
+              "importable in the training processes.",
+        fix="install DeepEP from its hybrid-ep branch in the job's image, or choose another dispatcher",
+        source="installed:megatron/core/transformer/moe/token_dispatcher.py",
+        emitted=("HybridEP is not installed. Please install HybridEP package from "
+                 "https://github.com/deepseek-ai/DeepEP/tree/hybrid-ep.",),
+        confidence=0.9, rule="flex-backend-importable", versions="megatron-core 0.15+"),
+    Signature(
+        id="te-fused-permute-missing", symptom="install",
+        patterns=(r"fused (permutation|_?permute|_?unpermute) is not available\. Please install TE >= 2\.1\.0",
+                  r"fused_(permute|unpermute) is not available\. Please install TE >= 2\.1\.0"),
+        cause="moe_permute_fusion is on but Transformer Engine is missing or older than 2.1.",
+        fix="install Transformer Engine >= 2.1 (the job's container), or model.moe_permute_fusion=false",
+        source="installed:megatron/core/transformer/transformer_config.py",
+        emitted=("fused permutation is not available. Please install TE >= 2.1.0.",),
+        confidence=0.9, rule="te-features-need-te", versions="megatron-core 0.12+"),
+)
+
+SIGNATURES += (
+    Signature(
+        id="deepep-built-for-other-nvl-peers", symptom="install",
+        patterns=(r'static assertion failed with "Invalid number of NVL peers"',),
+        cause="DeepEP was built with NUM_MAX_NVL_PEERS other than 8: its internode kernels pack one bool per "
+              "NVLink peer into a uint64 and assume exactly 8 GPUs per node.",
+        fix="build DeepEP with the default NUM_MAX_NVL_PEERS=8 (nodes of 8 GPUs), or use the alltoall dispatcher",
+        source="https://github.com/deepseek-ai/DeepEP/issues/50",
+        emitted=('DeepEP/csrc/kernels/internode.cu(295): error: static assertion failed with "Invalid number of NVL peers"',),
+        corpus_report="deepep-50", confidence=0.9, versions="DeepEP 1.x"),
+    Signature(
+        id="nvshmem-ib-transport-failed", symptom="install",
+        patterns=(r"ibrc\.cpp:\d+: NULL value (cq|qp) creation failed", r"ibrc\.cpp:\d+: non-zero status: \d+ ep_create failed"),
+        cause="NVSHMEM's InfiniBand RC transport could not create completion queues / queue pairs / endpoints on "
+              "these NICs; DeepEP's internode buffers then fail (ranks may segfault).",
+        fix="check the NICs NVSHMEM uses (NVSHMEM_HCA_LIST / NVSHMEM_ENABLE_NIC_PE_MAPPING), the queue-pair "
+            "depth and limits (ulimit -l), and run DeepEP's internode test on the same nodes",
+        source="https://github.com/deepseek-ai/DeepEP/issues/126",
+        emitted=("/sgl-workspace/nvshmem/src/modules/transport/ibrc/ibrc.cpp:304: NULL value cq creation failed",),
+        corpus_report="deepep-126", confidence=0.7, rule="deepep-built-with-nvshmem", versions="NVSHMEM 3.x"),
+    Signature(
+        id="nvshmem-init-failed", symptom="install",
+        patterns=(r"nvshmem initialization failed", r"building transport map failed"),
+        cause="NVSHMEM could not initialise (its bootstrap or transport map failed): DeepEP's internode and "
+              "low-latency buffers cannot be created.",
+        fix="check NVSHMEM's bootstrap network (NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME), the transports it can use "
+            "(NVSHMEM_DEBUG=INFO), and the DeepEP x NVSHMEM build pairing",
+        source="https://github.com/deepseek-ai/DeepEP/issues/223",
+        emitted=("/sgl-workspace/nvshmem/src/host/init/init.cu:nvshmemi_check_state_and_init:1080: nvshmem "
+                 "initialization failed, exiting",),
+        corpus_report="deepep-223", confidence=0.6, rule="deepep-built-with-nvshmem", versions="NVSHMEM 3.x"),
+)
+
+SIGNATURES += (
+    Signature(
+        id="deepep-nvshmem-queue-pair-layout", symptom="install", patterns=(),
+        cause="DeepEP 1.2.1 runs against NVSHMEM >= 3.5.19, which changed how default queue pairs are stored: "
+              "DeepEP indexes the RC queue pairs the old way and the internode dispatch never completes "
+              "(it ends in 'DeepEP error: timeout (dispatch CPU)').",
+        fix="use a DeepEP build with deepseek-ai/DeepEP PR #564 (NVSHMEM >= 3.5.19 support), or NVSHMEM < 3.5.19 "
+            "for DeepEP 1.2.1; pin the pair together in the image",
+        source="https://github.com/deepseek-ai/DeepEP/issues/553", emitted=(), corpus_report="deepep-553",
+        confidence=0.9, found_by="facts", facts_pass=_deepep_nvshmem_pairing_ok, facts_keys=("versions",),
+        versions="DeepEP 1.2.1 x NVSHMEM >= 3.5.19"),
+)

@@ -1,0 +1,34 @@
+"""Wrong numerics, read from MB's iteration lines (``diagnose.iterations``): NaN/Inf losses, NaN or
+skipped iterations, grad-norm blow-ups and loss spikes. The thresholds live in ``iterations``."""
+
+from __future__ import annotations
+
+from .base import Signature
+
+_TRAIN = "installed:megatron/bridge/training/utils/train_utils.py"
+_FIX = ("compare with the same run with overlap off (verify-log OFF.log ON.log); if only the overlap run "
+        "diverges, report it upstream with both logs; check the loss scale and the learning-rate warm-up")
+
+SIGNATURES = (
+    Signature(
+        id="nan-iterations", symptom="numerics",
+        patterns=(r"number of nan iterations:\s+[1-9][0-9]*",),
+        cause="MB counted iterations whose gradients held NaN/Inf (the optimizer step was skipped): the "
+              "loss or the gradients overflowed.", fix=_FIX, source=_TRAIN,
+        emitted=(" number of nan iterations:   3 |",), confidence=0.7, found_by="numerics"),
+    Signature(
+        id="non-finite-loss", symptom="numerics", patterns=(),
+        cause="A logged loss is NaN, Inf or not a number.", fix=_FIX, source=_TRAIN,
+        emitted=(" lm loss: inf |",), confidence=0.7, found_by="numerics"),
+    Signature(
+        id="grad-norm-blowup", symptom="numerics", patterns=(),
+        cause="The grad norm jumped far above its earlier values (or is not finite) while the run went on: "
+              "training is diverging. Seen with HybridEP and EP overlap on DeepSeek-V3 (cause open upstream).",
+        fix=_FIX, source="https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/2403",
+        emitted=(" loss scale: 1.0 | grad norm: 224119.688 | number of skipped iterations:   0 |",),
+        confidence=0.6, found_by="numerics"),
+    Signature(
+        id="loss-spike", symptom="numerics", patterns=(),
+        cause="The loss rose far above its recent values: a loss spike.", fix=_FIX, source=_TRAIN,
+        emitted=(" lm loss: 1.890000E+01 |",), confidence=0.5, found_by="numerics"),
+)

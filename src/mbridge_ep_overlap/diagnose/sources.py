@@ -1,0 +1,165 @@
+"""What a run left behind, opened as a user points at it: files, folders, ``-`` (stdin).
+
+Contract
+--------
+``collect(paths, stdin)`` sorts every file under the paths into the evidence kinds ``base.run_files``
+names (facts, watchdog events, faulthandler logs, flight-recorder dumps) and plain text logs (anything
+else that is not binary: MB logs, Slurm output, torchrun per-rank ``attempt_N/R/std{out,err}.log``).
+``lines(source)`` streams a text source as (file:line, rank, text) with the torchrun / srun prefix
+taken off; of a line longer than ``MAX_LINE`` bytes the first and the last ``MAX_LINE`` are kept, the
+middle is skipped, never held.
+Refused (``UsageError``, exit 2): a path that does not exist or cannot be read, and paths that hold no
+readable evidence at all (empty files, only binary files, empty folders).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from ..base import run_files
+from ..core.errors import UsageError
+
+MAX_LINE = 8192
+_PROBE = 8192
+_PREFIX = re.compile(r"^(?:\[(?:default|rank)(\d+)\]:\s?|(\d+): )")
+_RANK_DIR = re.compile(r"(?:^|/)attempt_\d+/(\d+)/std(?:out|err)\.log$")
+_FACTS = re.compile(r"^facts-rank(\d+)\.json$")
+_WATCHDOG = re.compile(r"^watchdog-rank(\d+)\.jsonl$")
+_FAULT = re.compile(r"^faulthandler-rank(\d+)\.log$")
+
+
+@dataclass
+class TextSource:
+    label: str
+    path: Path | None = None
+    data: bytes | None = None
+    rank: str | None = None
+    """From the torchrun per-rank folder or the evidence file name; else from each line's prefix."""
+
+    def open(self) -> BinaryIO:
+        return io.BytesIO(self.data) if self.data is not None else open(self.path, "rb")
+
+
+@dataclass
+class Evidence:
+    texts: list[TextSource] = field(default_factory=list)
+    faulthandler: list[TextSource] = field(default_factory=list)
+    facts: dict[str, dict] = field(default_factory=dict)
+    watchdog: list[dict] = field(default_factory=list)
+    flight_recorder_dirs: list[Path] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """'path (why)' for files not read: binary, unreadable facts."""
+
+    @property
+    def empty(self) -> bool:
+        return not (self.texts or self.faulthandler or self.facts or self.watchdog or self.flight_recorder_dirs)
+
+
+def collect(paths: list[str], stdin: BinaryIO | None = None) -> Evidence:
+    if not paths:
+        raise UsageError("PATH", None, "a log file, a run folder, a Slurm output file, or - for a pasted log",
+                         "missing")
+    ev = Evidence()
+    for given in paths:
+        if given == "-":
+            if stdin is None:
+                raise UsageError("PATH", "-", "- only where standard input can be read", "unreadable")
+            ev.texts.append(TextSource("<stdin>", data=stdin.read()))
+            continue
+        p = Path(given)
+        if not p.exists():
+            raise UsageError("PATH", given, "an existing log file or run folder", "missing")
+        if p.is_dir():
+            files = sorted(f for f in p.rglob("*") if f.is_file())
+            for f in files:
+                _sort(ev, f, str(f.relative_to(p)) if f != p else f.name, root=p)
+        else:
+            _sort(ev, p, str(p), root=p.parent)
+    if ev.empty or not _any_content(ev):
+        raise UsageError("PATH", " ".join(paths), "logs or a run folder with something in them"
+                         + (f" (skipped: {', '.join(ev.skipped[:3])})" if ev.skipped else ""), "nothing to read in")
+    return ev
+
+
+def _any_content(ev: Evidence) -> bool:
+    if ev.facts or ev.watchdog or ev.flight_recorder_dirs:
+        return True
+    for src in ev.texts + ev.faulthandler:
+        if src.data is not None:
+            if src.data.strip():
+                return True
+        elif src.path.stat().st_size > 0:
+            return True
+    return False
+
+
+def _sort(ev: Evidence, f: Path, label: str, root: Path) -> None:
+    name = f.name
+    try:
+        if name.startswith(run_files.FR_PREFIX) and f.parent not in ev.flight_recorder_dirs:
+            ev.flight_recorder_dirs.append(f.parent)
+            return
+        if name.startswith(run_files.FR_PREFIX):
+            return
+        if m := _FACTS.match(name):
+            facts = json.loads(f.read_text(errors="replace"))
+            if isinstance(facts, dict):
+                ev.facts[m.group(1)] = facts
+            else:
+                ev.skipped.append(f"{label} (not a JSON object)")
+            return
+        if m := _WATCHDOG.match(name):
+            for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    ev.skipped.append(f"{label}:{n} (not JSON)")
+                    continue
+                if isinstance(event, dict):
+                    ev.watchdog.append({**event, "where": f"{label}:{n}", "rank": str(event.get("rank", m.group(1)))})
+            return
+        with open(f, "rb") as fh:
+            head = fh.read(_PROBE)
+        if b"\0" in head:
+            ev.skipped.append(f"{label} (binary)")
+            return
+        rank = (m.group(1) if (m := _FAULT.match(name)) else
+                m.group(1) if (m := _RANK_DIR.search(label.replace(os.sep, "/"))) else None)
+        (ev.faulthandler if _FAULT.match(name) else ev.texts).append(TextSource(label, path=f, rank=rank))
+    except ValueError:
+        ev.skipped.append(f"{label} (not JSON)")
+    except OSError as e:
+        raise UsageError("PATH", str(f), f"a readable file ({e.strerror})", "unreadable") from None
+
+
+def lines(src: TextSource) -> Iterator[tuple[str, str | None, str, str]]:
+    """(file:line, rank, text without prefix, raw text) of every line, a long line's middle left out."""
+    with src.open() as fh:
+        n = 0
+        while True:
+            chunk = fh.readline(MAX_LINE)
+            if not chunk:
+                return
+            n += 1
+            if not chunk.endswith(b"\n"):  # a long line: keep its start and its end, never all of it
+                tail = b""
+                while (rest := fh.readline(MAX_LINE)):
+                    tail = (tail + rest)[-MAX_LINE:]
+                    if rest.endswith(b"\n"):
+                        break
+                if tail:
+                    chunk = chunk + b" ... " + tail
+            raw = chunk.decode("utf-8", errors="replace").rstrip("\r\n")
+            rank = src.rank
+            if m := _PREFIX.match(raw):
+                rank = rank or m.group(1) or m.group(2)
+                text = raw[m.end():]
+            else:
+                text = raw
+            yield f"{src.label}:{n}", rank, text, raw
