@@ -448,8 +448,12 @@ def test_gpu_proof_writes_its_loss_table(monkeypatch, tmp_path):
     def summary(losses, overlap, extra=None):
         plans = steps * mbs if overlap else 0
         return {
-            "finalized": {"overlap_moe_expert_parallel_comm": overlap, "micro_batch_size": 1, "num_microbatches": mbs,
+            # the keys a real RunRecorder summary has (evidence.summarize): no microbatch count of its own
+            "finalized": {"overlap_moe_expert_parallel_comm": overlap, "micro_batch_size": 1,
+                          "global_batch_size": mbs * gpu.NPROC, "tensor_model_parallel_size": 1,
+                          "pipeline_model_parallel_size": 1, "context_parallel_size": 1,
                           "seq_length": 2048, "expert_model_parallel_size": 2},
+            "world_size": gpu.NPROC,
             "combined_schedule_calls": {gpu.NO_OVERLAP_PATH: steps if overlap else 0},
             "schedule_plan_calls": plans,
             "steps": [{"iteration": i, "loss": x, "finite": True, "skipped": False} for i, x in enumerate(losses)],
