@@ -7,8 +7,8 @@ recipe, sizes, EP overlap on or *really* off, overrides, one rule evaluation), t
 
 * ``--dryrun``: runs MB's ``runtime_config_update`` for the described target (``--gpu``,
   ``--num-gpus``, ``--te``; hardware and version gates simulated, nothing else), prints the
-  finalized EP-overlap fields one per line as ``name: value``, writes the resolved YAML and prints
-  its path; or
+  finalized EP-overlap fields one per line as ``name: value``, writes the resolved YAML - plain
+  Megatron-Bridge's form (``core.export``), loadable without this package - and prints its path; or
 * trains on this machine (the target is probed): MB's ``pretrain()`` with
   ``mbridge_ep_overlap.forward_step`` (MB's GPT step whose overlapped path also passes packed
   sequences), wrapped by ``evidence.ScheduleCounter`` and recorded by ``evidence.RunRecorder``
@@ -72,6 +72,7 @@ def writable_folder(path: str) -> Path:
 
 
 def dry_run(args: argparse.Namespace) -> int:
+    from ..core import export
     from ..pipeline import build, finalize
 
     out = writable_folder(args.output_dir)
@@ -82,7 +83,7 @@ def dry_run(args: argparse.Namespace) -> int:
     for line in result.lines():
         print(line)
     yaml_path = out / f"{built.recipe.name.replace(':', '.')}.yaml"
-    built.cfg.to_yaml(str(yaml_path))
+    export.write_yaml(built.cfg, yaml_path)  # plain MB's ConfigContainer: loads without this package
     print(f"config: {yaml_path}")
     return 0
 
