@@ -199,7 +199,8 @@ def test_a_controller_that_does_not_answer_is_one_line(slurm, tmp_path, monkeypa
 
     dead = tmp_path / "slurm.conf"
     conf = Path(os.environ["SLURM_CONF"]).read_text()
-    dead.write_text(re.sub(r"^SlurmctldPort=.*$", f"SlurmctldPort={free_port()}", conf, flags=re.M))
+    # a port nobody listens on; MessageTimeout=2 so the client gives up in 2 s, not the default ~18 s
+    dead.write_text(re.sub(r"^SlurmctldPort=.*$", f"SlurmctldPort={free_port()}", conf, flags=re.M) + "MessageTimeout=2\n")
     monkeypatch.setenv("SLURM_CONF", str(dead))
     code = main(["--recipe", RECIPE, "--nodes", "1", "--gpus-per-node", "2", "--log-dir", str(tmp_path / "l"), "--yes"])
     err = capsys.readouterr().err
