@@ -322,10 +322,10 @@ def _emit(args: argparse.Namespace) -> int:
     if not (args.dryrun or args.yes or (sys.stdin is not None and sys.stdin.isatty())):
         raise UsageError("--yes", None, "this shell cannot ask before submitting (stdin is not a terminal): "
                          "pass --yes to submit, or --dryrun to write the job only", "missing")
+    spec = spec_from_args(args, num_gpus=args.nodes * args.gpus_per_node)  # the recipe named well, first
     files = JobFiles(Path(args.log_dir).absolute(), sbatch_value("--job-name", job_name(args)))
     if not args.dryrun:  # before the build: a cluster that is not there, or refuses the request, says so at once
         test = _sbatch(["--test-only", *_request(args), "--wrap", "true"], "nothing was written")
-    spec = spec_from_args(args, num_gpus=args.nodes * args.gpus_per_node)
     with stdout_to_stderr():
         run = _build_side(spec, args)
         base = _build_side(spec.replace(ep_overlap=False), args) if spec.ep_overlap else run
