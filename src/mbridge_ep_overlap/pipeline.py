@@ -89,6 +89,7 @@ def apply_overrides(cfg: Any, overrides: tuple[str, ...] | list[str]) -> None:
     from .core.facts import get_path
 
     missing = object()
+    hydra = []
     for item in overrides:
         key = item.partition("=")[0]
         parent_path, _, leaf = key.rpartition(".")
@@ -98,8 +99,11 @@ def apply_overrides(cfg: Any, overrides: tuple[str, ...] | list[str]) -> None:
         if dataclasses.is_dataclass(get_path(cfg, key)):
             raise UsageError("override", item, f"a field inside {key} (it would replace the whole {key} section)",
                              "invalid")
+        # a new key of a dict field (env_vars.NAME=1 where the config has no NAME yet, e.g. with EP
+        # overlap off): Hydra's "+" adds it, as setting a dict entry does
+        hydra.append(f"+{item}" if isinstance(parent, dict) and leaf not in parent else item)
     try:
-        process_config_with_overrides(cfg, cli_overrides=list(overrides))
+        process_config_with_overrides(cfg, cli_overrides=hydra)
     except (OverridesError, OmegaConfBaseException, ValueError, TypeError, KeyError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UsageError("override", " ".join(overrides), f"values Megatron-Bridge can apply ({first})",

@@ -266,10 +266,11 @@ def test_unsafe_sbatch_value_is_refused(flag, value, capsys):
 
 @pytest.mark.parametrize("value,ok", [("30", True), ("30:00", True), ("01:00:00", True), ("2-00", True),
                                       ("2-12:30", True), ("1-00:00:00", True), ("UNLIMITED", True),
-                                      ("1 day", False), ("1h", False), ("١:٢", False), ("-1", False), ("1:2:3:4", False)])
-def test_slurm_time_format(value, ok, capsys):
+                                      ("1 day", False), ("1h", False), ("١:٢", False), ("-1", False), ("1:2:3:4", False),
+                                      ("99:99:99", False), ("0", False)])
+def test_slurm_time_format(value, ok, capsys, tmp_path):
     code, out, err = call(slurm.main, ["--recipe", "qwen3_moe_proxy", "--nodes", "1", "--gpus-per-node", "2",
-                                       "--time", value, "--dryrun"], capsys)
+                                       "--time", value, "--dryrun", "--log-dir", str(tmp_path)], capsys)
     if ok:
         assert code == 0 and f"#SBATCH --time={value}\n" in out, err
     else:
@@ -299,7 +300,7 @@ def test_generated_job_script_never_runs_injected_text(tmp_path, capsys):
         "--recipe", "qwen3_moe_proxy", "--nodes", "1", "--gpus-per-node", "2", "--dryrun",
         "--partition", "batch", "--account", "acct-1", "--job-name", "job_1",
         "--container-image", f"img; {payload}", "--container-mounts", f"/a:/b,{payload}",
-        "--workdir", str(workdir), f"checkpoint.save='/ckpt/{payload}'"], capsys)
+        "--workdir", str(workdir), "--log-dir", str(tmp_path / "logs"), f"checkpoint.save='/ckpt/{payload}'"], capsys)
     assert code == 0, err
     bindir, calls = tmp_path / "bin", tmp_path / "calls.log"
     bindir.mkdir()

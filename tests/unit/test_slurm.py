@@ -1,10 +1,25 @@
-"""The generated sbatch job: the plan's environment is exported, the command matches run_script."""
+"""The generated sbatch job: the plan's environment is exported, the command matches run_script;
+the way back is written beside it; nothing is submitted without confirmation. (The same script
+submitted to a real Slurm: tests/slurm.)"""
 
+import json
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from mbridge_ep_overlap.tools.slurm import main
+from mbridge_ep_overlap.tools.slurm_values import format_minutes, time_limit_minutes
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _log_dir(tmp_path, monkeypatch):
+    """Every job written here goes to a temporary folder (a job writes its files into --log-dir)."""
+    monkeypatch.chdir(tmp_path)
 
 
 def script(capsys, *argv):
@@ -57,12 +72,10 @@ def test_usage_errors(capsys, argv):
 
 
 def test_script_entry_prints_only_the_job_script(tmp_path):
-    import sys
-    from pathlib import Path
-
     repo = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, str(repo / "scripts" / "launch_slurm.py"), "--recipe", "qwen3_30b_a3b",
-                             "--nodes", "2", "--dryrun"], capture_output=True, text=True, timeout=300, cwd=repo)
+                             "--nodes", "2", "--dryrun", "--log-dir", str(tmp_path / "logs")],
+                            capture_output=True, text=True, timeout=300, cwd=repo)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("#!/bin/bash\n#SBATCH --job-name=ep-overlap-qwen3_30b_a3b")
     job = tmp_path / "job.sbatch"
@@ -89,13 +102,15 @@ def test_gpus_per_node_defaults_to_the_gpu_kinds_node(capsys):
     assert code == 0 and "#SBATCH --gpus-per-node=8" in out, err
 
 
-def test_without_sbatch_the_script_is_written_and_the_answer_is_one_line(tmp_path, monkeypatch, capsys):
-    """Not a dry run, no sbatch on PATH: exit 2 in one line naming where the script is."""
+def test_without_sbatch_nothing_is_written_and_the_answer_is_one_line(tmp_path, monkeypatch, capsys):
+    """Not a dry run, no sbatch on PATH: exit 2 in one line, before the build (nothing written)."""
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
-    code = main(["--recipe", "qwen3_moe_proxy", "--nodes", "1", "--gpus-per-node", "2", "--log-dir", str(tmp_path / "logs")])
+    start = time.perf_counter()
+    code = main(["--recipe", "qwen3_moe_proxy", "--nodes", "1", "--gpus-per-node", "2", "--log-dir", str(tmp_path / "logs"),
+                 "--yes"])
     err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "sbatch" in err, err
-    assert list((tmp_path / "logs").glob("*.sbatch"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "missing sbatch" in err, err
+    assert not (tmp_path / "logs").exists() and time.perf_counter() - start < 5
 
 
 ENV_MODULE = "ep_overlap_probe_slurm_env"
@@ -145,3 +160,128 @@ def test_launch_slurm_refuses_exactly_what_plan_refuses(env_recipes, n, capsys):
     else:
         assert needle in out and "ACCEPTED" in plan_out
     assert "=None" not in out and "object at 0x" not in out
+
+
+# ---- the time limit, as Slurm reads it (the same table runs against a real sbatch in tests/slurm) ----
+TIMES = [("5", 5), ("5:30", 6), ("90", 90), ("01:00:00", 60), ("1-2", 1560), ("1-02:30", 1590), ("1-2:30:15", 1591),
+         ("UNLIMITED", None), ("infinite", None)]
+REFUSED_TIMES = ["99:99:99", "10:60", "1-24", "0", "0:0", "-1", "1:2:3:4", "1-2-3", "abc", "1h", ":", "1:", ""]
+
+
+@pytest.mark.parametrize("value,minutes", TIMES)
+def test_time_limit_minutes_as_slurm_counts_them(value, minutes):
+    assert time_limit_minutes(value) == minutes
+
+
+@pytest.mark.parametrize("value", REFUSED_TIMES)
+def test_time_limit_out_of_range_or_no_limit_is_refused(value):
+    """Slurm carries 99:99:99 over into 4-04:41:00 and reads 0 as no limit: refused, naming --time."""
+    from mbridge_ep_overlap import UsageError
+
+    with pytest.raises(UsageError, match="--time"):
+        time_limit_minutes(value)
+
+
+def test_format_minutes_is_slurms_time_limit_text():
+    assert [format_minutes(m) for m in (5, 60, 1591, None)] == ["00:05:00", "01:00:00", "1-02:31:00", "UNLIMITED"]
+
+
+# ---- ask before spending ---------------------------------------------------------------------------
+def test_without_yes_a_shell_that_cannot_ask_is_refused_before_anything_is_built(tmp_path, capsys, monkeypatch):
+    """pytest's stdin is not a terminal: no --yes, no --dryrun -> exit 2 in one line, at once."""
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
+    start = time.perf_counter()
+    code = main(["--recipe", "qwen3_moe_proxy", "--nodes", "1", "--gpus-per-node", "2", "--log-dir", str(tmp_path / "l")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--yes" in err and len(err.strip().splitlines()) == 1, err
+    assert time.perf_counter() - start < 5 and not (tmp_path / "l").exists()
+
+
+def test_cost_lines_name_size_limit_gpu_hours_and_predicted_time():
+    import argparse
+
+    from mbridge_ep_overlap.tools.slurm import cost_lines
+
+    args = argparse.Namespace(nodes=2, gpus_per_node=8, partition="batch", account=None, ep_overlap="on")
+    prediction = {"prediction": {"on_step_s": 1.5, "off_step_s": 2.0}}
+    text = "\n".join(cost_lines(args, 90, 100, prediction))
+    for needle in ("2 x 8 = 16 GPUs", "01:30:00", "at most 24.0 GPU-hours", "batch", "(your default)",
+                   "1.500 s with EP overlap on (off: 2.000 s", "100 steps", "2.5 min predicted"):
+        assert needle in text, (needle, text)
+    assert "MORE than the time limit" in "\n".join(cost_lines(args, 1, 100, prediction))
+    assert "unbounded" in "\n".join(cost_lines(args, None, 100, {"error": "outside the model"}))
+    assert "not made (outside the model)" in "\n".join(cost_lines(args, None, 100, {"error": "outside the model"}))
+
+
+# ---- keep the way back -----------------------------------------------------------------------------
+def test_dry_run_writes_both_configs_as_plain_megatron_bridge_yaml_the_plan_and_the_rollback(tmp_path, capsys):
+    """The configs load with MB's own YAML loader in a process where mbridge_ep_overlap cannot be
+    imported (TE is absent here: the import shim file is loaded on its own, outside the package, as
+    a stand-in for it), and load back to exactly what was written."""
+    logs = tmp_path / "logs"
+    code, out, err = script(capsys, "--recipe", "qwen3_moe_proxy", "--nodes", "1", "--gpus-per-node", "2", "--gpu", "h200",
+                            "--log-dir", str(logs))
+    assert code == 0, err
+    job = "ep-overlap-qwen3_moe_proxy"
+    names = sorted(p.name for p in logs.iterdir())
+    assert names == sorted(f"{job}{s}" for s in (".config.yaml", ".baseline.yaml", ".plan.json", ".baseline.sbatch"))
+    rollback = f"sbatch {logs / job}.baseline.sbatch"
+    body = out.splitlines()[out.splitlines().index("set -euo pipefail") + 1:]
+    first = body[:4]  # right after the #SBATCH header and set -e: the job's first log lines
+    assert [line.split(": ", 1)[1].rstrip("'") for line in first] == [
+        str(logs / f"{job}.config.yaml"), str(logs / f"{job}.baseline.yaml"), str(logs / f"{job}.plan.json"), rollback]
+    assert rollback in err
+    baseline = (logs / f"{job}.baseline.sbatch").read_text()
+    assert "--ep-overlap off" in baseline and "--ep-overlap on" in out and "export CUDA_DEVICE_MAX_CONNECTIONS" not in baseline
+    plan = json.loads((logs / f"{job}.plan.json").read_text())
+    assert plan["job"]["nodes"] == 1 and plan["plan"] and plan["finalized"] and plan["spec"]["ep_overlap"] is True
+    probe = f"""
+import importlib.util, json, sys, yaml
+sys.modules["mbridge_ep_overlap"] = None  # the package cannot be imported
+spec = importlib.util.spec_from_file_location("te_stand_in", {str(REPO / "src/mbridge_ep_overlap/target/shims.py")!r})
+shims = sys.modules["te_stand_in"] = importlib.util.module_from_spec(spec); spec.loader.exec_module(shims); shims.install()
+from megatron.bridge.training.config import ConfigContainer
+from megatron.training.config.yaml_utils import safe_yaml_representers
+out = {{}}
+for name in ("config", "baseline"):
+    path = {str(logs / job)!r} + "." + name + ".yaml"
+    cfg = ConfigContainer.from_yaml(path)
+    with safe_yaml_representers():  # MB's own writer: dtypes, enums and callables as it spells them
+        loaded = yaml.safe_load(yaml.safe_dump(cfg.to_dict()))
+    written = yaml.safe_load(open(path))
+    # MB's loader drops the fields finalize derives (init=False: the scheduler's step counts, the
+    # dataset's split matrix and mock flag) and finalize recomputes them; every other section is exact
+    same = [key for key in written if key not in ("scheduler", "dataset") and written[key] == loaded[key]]
+    out[name] = [type(cfg).__module__ + "." + type(cfg).__qualname__, cfg.model.overlap_moe_expert_parallel_comm,
+                 sorted(same) == sorted(k for k in written if k not in ("scheduler", "dataset")) and len(same) > 5]
+print(json.dumps(out))
+"""
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    mb = "megatron.bridge.training.config.ConfigContainer"
+    assert got == {"config": [mb, True, True], "baseline": [mb, False, True]}, got
+
+
+def test_a_config_naming_a_class_of_this_package_is_not_exported(tmp_path):
+    from mbridge_ep_overlap import UsageError
+    from mbridge_ep_overlap.core.export import _check
+
+    with pytest.raises(UsageError, match=r"model\.spec.*mbridge_ep_overlap\.x\.Y"):
+        _check({"model": {"spec": {"_target_": "mbridge_ep_overlap.x.Y"}}}, "")
+
+
+@pytest.mark.parametrize("answer,submit", [("y\n", True), ("yes\n", True), ("Y\n", True), ("n\n", False), ("\n", False),
+                                           ("", False), ("sure\n", False)])
+def test_only_yes_at_the_prompt_submits(answer, submit, monkeypatch, capsys):
+    import argparse
+    import io
+
+    from mbridge_ep_overlap.tools.slurm import _confirm
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(answer))
+    assert _confirm(argparse.Namespace(yes=False)) is submit
+    assert "submit? [y/N]" in capsys.readouterr().err
+    assert _confirm(argparse.Namespace(yes=True)) is True

@@ -11,7 +11,8 @@ recipe, sizes, EP overlap on or *really* off, overrides, one rule evaluation), t
   ``--num-gpus``, ``--te``; hardware and version gates simulated, nothing else), prints the report
   ``plan`` prints (``tools.plan_report``: the verdict, what changed, the rules that fail, advise or
   could not be checked, the finalized fields one per line as ``name: value``) on stdout - a refusal
-  too, exit 1 -, writes the resolved YAML and prints its path; or
+  too, exit 1 -, writes the resolved YAML - plain Megatron-Bridge's form (``core.export``), loadable
+  without this package - and prints its path; or
 * trains on this machine (the target is probed): MB's ``pretrain()`` with
   ``mbridge_ep_overlap.forward_step`` (MB's GPT step whose overlapped path also passes packed
   sequences), wrapped by ``evidence.ScheduleCounter`` and recorded by ``evidence.RunRecorder``
@@ -110,6 +111,8 @@ def writable_folder(path: str) -> Path:
 
 
 def dry_run(args: argparse.Namespace) -> int:
+    from ..core import export  # start-up speed: the export module imports Megatron-Bridge
+
     out = writable_folder(args.output_dir)
     outcome = judge(spec_from_args(args), predict=args.predict, all_rules=args.rules)
     print("\n".join(outcome.lines))
@@ -117,7 +120,7 @@ def dry_run(args: argparse.Namespace) -> int:
         return outcome.code
     built = outcome.built
     yaml_path = out / f"{built.recipe.name.replace(':', '.')}.yaml"
-    built.cfg.to_yaml(str(yaml_path))
+    export.write_yaml(built.cfg, yaml_path)  # plain MB's ConfigContainer: loads without this package
     print(f"config: {yaml_path}")
     return 0
 
