@@ -45,10 +45,18 @@ ALLTOALL_FIELDS = {"moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher
 DEEPEP_MIN_EP = 16
 
 
+def canonical_name(dispatcher: Any) -> Any:
+    """A dispatcher name in its canonical spelling: names are case-insensitive ('DeepEP' is
+    'deepep'); anything else is returned as it is, for ``validate_name`` to refuse."""
+    return dispatcher.lower() if isinstance(dispatcher, str) else dispatcher
+
+
 def validate_name(dispatcher: Any) -> str:
-    if dispatcher not in DISPATCHERS:
+    """The canonical name of a user-given dispatcher, or ``UsageError`` listing the canonical names."""
+    name = canonical_name(dispatcher)
+    if name not in DISPATCHERS:
         raise UsageError("dispatcher", dispatcher, DISPATCHERS)
-    return dispatcher
+    return name
 
 
 def supports_gpu(backend: str, gpu_name: str | None, major: int) -> bool:

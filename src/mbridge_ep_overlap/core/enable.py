@@ -82,8 +82,8 @@ class Options:
     def validated(self) -> "Options":
         if self.resolve not in RESOLVE_MODES:
             raise UsageError("resolve mode", self.resolve, RESOLVE_MODES)
-        if self.dispatcher is not None:
-            dispatchers.validate_name(self.dispatcher)
+        if self.dispatcher is not None and self.dispatcher != dispatchers.validate_name(self.dispatcher):
+            return dataclasses.replace(self, dispatcher=dispatchers.validate_name(self.dispatcher)).validated()
         connections = positive_int(self.cuda_device_max_connections)
         if connections is None or connections > MAX_CONNECTIONS:
             raise UsageError("cuda_device_max_connections", self.cuda_device_max_connections,
