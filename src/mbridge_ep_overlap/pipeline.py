@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -89,7 +91,7 @@ def apply_overrides(cfg: Any, overrides: tuple[str, ...] | list[str]) -> None:
     from .core.facts import get_path
 
     missing = object()
-    hydra = []
+    hydra, fields = [], []
     for item in overrides:
         key = item.partition("=")[0]
         parent_path, _, leaf = key.rpartition(".")
@@ -102,12 +104,72 @@ def apply_overrides(cfg: Any, overrides: tuple[str, ...] | list[str]) -> None:
         # a new key of a dict field (env_vars.NAME=1 where the config has no NAME yet, e.g. with EP
         # overlap off): Hydra's "+" adds it, as setting a dict entry does
         hydra.append(f"+{item}" if isinstance(parent, dict) and leaf not in parent else item)
+        fields.append((item, key, parent_path, leaf, get_path(cfg, key, None)))
     try:
         process_config_with_overrides(cfg, cli_overrides=hydra)
     except (OverridesError, OmegaConfBaseException, ValueError, TypeError, KeyError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UsageError("override", " ".join(overrides), f"values Megatron-Bridge can apply ({first})",
                          "invalid") from None
+    for item, key, parent_path, leaf, old in fields:  # MB applies a value of any type as it is
+        parent = get_path(cfg, parent_path) if parent_path else cfg
+        required = wrong_type(parent, leaf, old, get_path(cfg, key))
+        if required:
+            raise UsageError(f"override {key}", get_path(cfg, key), f"{required} (the type of {key})", "wrong type for")
+
+
+def _annotation(parent: Any, leaf: str) -> Any:
+    """The declared type of dataclass field ``leaf`` of ``parent``, or None when it cannot be resolved."""
+    if not dataclasses.is_dataclass(parent):
+        return None
+    try:
+        return typing.get_type_hints(type(parent)).get(leaf)
+    except Exception:  # noqa: BLE001 - a forward reference Python cannot resolve here: judge by the old value
+        return None
+
+
+def _accepts(hint: Any, value: Any) -> bool | None:
+    """Whether ``value`` fits scalar type ``hint``: True / False, None when ``hint`` is not one judged here."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        verdicts = [_accepts(h, value) for h in typing.get_args(hint)]
+        return True if any(v is True for v in verdicts) else (None if None in verdicts else False)
+    if origin is typing.Literal:  # one of named values: a value rule's business, not a type's
+        return None
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    return None
+
+
+def wrong_type(parent: Any, leaf: str, old: Any, new: Any) -> str | None:
+    """The type an override's value should have had (``'int'``), or None when it fits. Judged by the
+    field's declared type where it is a scalar one, else by the type of the value it replaced; a
+    ``null`` is left to the value rules (they say which fields must be set), and so is a dict entry
+    (``env_vars`` takes any scalar)."""
+    if new is None or isinstance(parent, dict):
+        return None
+    hint = _annotation(parent, leaf)
+    verdict = _accepts(hint, new) if hint is not None else None
+    if verdict is None and isinstance(old, (bool, int, float, str)):
+        hint, verdict = type(old), _accepts(type(old), new)
+    return None if verdict is not False else _type_name(hint)
+
+
+def _type_name(hint: Any) -> str:
+    """``int``, ``int or null`` (Optional[int]), ``int or float``: the declared type in a user's words."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        names = [_type_name(a) for a in args if a is not type(None)]
+        return " or ".join(names) + (" or null" if type(None) in args else "")
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
 def _checked_arguments(spec: Any, target: Any) -> tuple[RunSpec, ClusterEnvironment | None]:

@@ -6,7 +6,9 @@ Contract
   the recipe, EP overlap on/off, dispatcher, delayed wgrad, all-to-all priority, resolve mode,
   parallel sizes, batch and sequence sizes, Hydra-style overrides, and the target (``TargetSpec``:
   the cluster's GPU type and count and its software stack, or this machine). ``None`` means "the
-  recipe's choice". ``validated()`` refuses a bad value with one ``UsageError`` naming it; every
+  recipe's choice". ``validated()`` refuses a bad value with one ``UsageError`` naming it and returns
+  the spec with names in their canonical spelling (GPU kinds and dispatchers are case-insensitive:
+  ``H100`` is ``h100``, ``DeepEP`` is ``deepep``); every
   front end (``run_script.py``, ``plan``, ``launch_slurm.py``, the benchmark) builds a spec and
   hands it to ``pipeline.build`` - none re-parses another's command line.
 * A recipe is a registered name (``RecipeEntry`` in a registry published under the entry-point
@@ -33,7 +35,7 @@ from typing import Any, Callable
 from .core.dispatcher import DISPATCHERS, validate_name
 from .core.errors import UsageError, require_optional_bool
 from .core.sizes import positive_int
-from .target.gpus import GPU_CATALOG
+from .target.gpus import GPU_CATALOG, canonical_gpu
 from .target.stack import is_version
 
 RESOLVE_MODES = ("error", "auto")
@@ -59,8 +61,10 @@ class TargetSpec:
     def validated(self) -> "TargetSpec":
         if not isinstance(self.this_machine, bool):
             raise UsageError("this_machine", self.this_machine, (True, False), "invalid")
-        if self.gpu is not None and (not isinstance(self.gpu, str) or self.gpu.lower() not in GPU_CATALOG):
+        if self.gpu is not None and (not isinstance(self.gpu, str) or canonical_gpu(self.gpu) not in GPU_CATALOG):
             raise UsageError("GPU", self.gpu, sorted(GPU_CATALOG))
+        if self.gpu is not None and self.gpu != canonical_gpu(self.gpu):
+            return dataclasses.replace(self, gpu=canonical_gpu(self.gpu)).validated()
         if self.num_gpus is not None and positive_int(self.num_gpus) is None:
             raise UsageError("number of GPUs", self.num_gpus, "an integer >= 1", "invalid")
         for name in ("te", "deep_ep"):
@@ -113,8 +117,8 @@ class RunSpec:
             raise UsageError("overrides", self.overrides, "a tuple of 'key=value' strings", "invalid")
         if self.hf_config_dir is not None and (not isinstance(self.hf_config_dir, str) or not self.hf_config_dir):
             raise UsageError("hf_config_dir", self.hf_config_dir, "a folder path (str) or None", "invalid")
-        if self.dispatcher is not None:
-            validate_name(self.dispatcher)
+        if self.dispatcher is not None and self.dispatcher != validate_name(self.dispatcher):
+            return self.replace(dispatcher=validate_name(self.dispatcher)).validated()
         if self.resolve not in RESOLVE_MODES:
             raise UsageError("resolve mode", self.resolve, RESOLVE_MODES)
         for name in ("ep_overlap", "force_balance"):
@@ -138,8 +142,8 @@ class RunSpec:
             if not isinstance(item, str) or not sep or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", key):
                 raise UsageError("override", item, "key=value with a dotted field path, e.g. train.train_iters=10",
                                  "malformed")
-        self.target.validated()
-        return self
+        target = self.target.validated()
+        return self if target is self.target else self.replace(target=target)
 
 
 # ---- recipes -----------------------------------------------------------------------------------

@@ -440,7 +440,8 @@ JUDGED_TUNED = [  # (tuned.json fields, exit code, what stderr must say; {path}:
      ["EP overlap refused (bench jobs: tuned on nvlink, throttled, from tuned file {path})", "delay-wgrad-needs-te"]),
     ({"overrides": ["model.moe_router_topk=0", "comm_overlap.delay_wgrad_compute=true"]}, 1,  # every violation
      ["router-topk", "top-0 of 16 experts", "delay-wgrad-needs-te"]),
-    ({"overrides": ["model.moe_router_topk=abc"]}, 1, ["router-topk", "top-abc of 16 experts"]),
+    ({"overrides": ["model.moe_router_topk=abc"]}, 2,
+     ["wrong type for override model.moe_router_topk (variant tuned, tuned file {path}) 'abc'; allowed: int"]),
     ({"ep_overlap": False, "overrides": ["model.moe_router_topk=0"]}, 1,
      ["config refused (EP overlap off) (bench jobs: tuned on nvlink, throttled, from tuned file {path})", "router-topk"]),
     ({"dispatcher": "hybridep", "env": {"CUDA_HOME": "/nonexistent"}}, 1,  # a variable the job is launched with

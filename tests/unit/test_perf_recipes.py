@@ -151,3 +151,104 @@ def test_overlap_recipe_verdict_on_its_own_cluster(name):
     assert summary["overlap_moe_expert_parallel_comm"] is True
     assert summary["moe_token_dispatcher_type"] == cfg.model.moe_token_dispatcher_type
     assert built.cfg.model.transformer_impl == "transformer_engine"  # never rewritten for the dry run
+
+
+# ---- every MoE recipe three ways: its own dispatcher, --dispatcher alltoall, overlap off ----------------
+WAYS = {"own": {}, "alltoall": {"dispatcher": "alltoall"}, "off": {"ep_overlap": False}}
+ON = ("own", "alltoall")
+# Every refusal that is a real one: (recipe function pattern or a test of the recipe's config, ways, what
+# refuses, why it is real). A
+# refusal a recipe gets that no row allows fails the test - above all recipe-flex-fallback, which an
+# H100 base recipe's DeepEP request MB fell back from must not raise once the GB200/GB300 recipe has
+# set its own dispatcher.
+REAL_REFUSALS = [
+    (r"^nemotronh_56b_", ON, {"ep-size", "num-experts"}, "a dense hybrid model: no experts, nothing to overlap"),
+    (r"^nemotron", ON, {"model-has-schedule-plan"},
+     "MCore's hybrid (Mamba) model has no build_schedule_plan: the overlapped schedule cannot run it"),
+    (r"^nemotron_3_5_lightning_", ON, {"mtp-layers"}, "multi-token prediction layers are not overlapped by MCore 0.19"),
+    (r"^nemotron_3(_5_lightning|_nano)_pretrain_16gpu_h100_", ON, {"moe-recompute"},
+     "recomputing MoE layers is refused by MCore's overlapped schedule"),
+    (r"^nemotronh_56b_pretrain_256gpu_(b200|gb300)_bf16_", tuple(WAYS), {"global-batch-divisible"},
+     "the global batch is not a multiple of micro batch x data-parallel size on 256 GPUs"),
+    (r"^(qwen3_235b_a22b_pretrain_64gpu_gb[23]00_(fp8mx|fp8cs|nvfp4|bf16)|deepseek_v3_pretrain_(64gpu_h100|128gpu_vr200))",
+     tuple(WAYS), {"expert-world-divisible"},
+     "EP x ETP x PP exceeds the world: MCore's initialize_model_parallel raises at job start"),
+    (r"^(deepseek_v3_pretrain_256gpu_b200_(bf16|fp8cs|fp8mx_large_scale)|qwen3_235b_a22b_pretrain_(256|64)gpu_)", ON,
+     {"pp-needs-vpp"}, "pipeline parallelism without a virtual pipeline: MCore's combined 1F1B needs interleaving"),
+    (r"_partial_cg_dev_config$", tuple(WAYS),
+     {"upstream: virtual_pipeline_model_parallel_size conflicts with pipeline_model_parallel_layout"},
+     "the recipe's layout has 16 stages (PP4 x VPP4) but it sets VPP 2"),
+    (r"_deepep_dev_config$", tuple(WAYS), {"upstream: Conflicting deprecated SM-count knobs"},
+     "the base recipe sets moe_hybridep_num_sms, this one adds moe_deepep_num_sms"),
+    (lambda cfg: cfg.model.moe_paged_stash, ("alltoall",), {"upstream: moe_expert_rank_capacity_factor requires"},
+     "moe_paged_stash needs a per-rank capacity factor, which MCore accepts only with hybridep or ncclep"),
+    (r"^qwen3_30b_a3b_pretrain_16gpu_gb200_fp8mx_paged_stash_dev_config$", ("own",),
+     {"upstream: moe_expert_rank_capacity_factor"}, "MCore refuses the recipe's capacity factor as the recipe sets it"),
+]
+
+
+def _refusals(spec: RunSpec) -> set[str]:
+    try:
+        finalize(build(spec))
+    except EPOverlapError as e:
+        return {v.rule_id for v in e.violations if v.severity.name == "ERROR"}
+    except UpstreamRefusal as e:
+        return {f"upstream: {str(e)}"}
+    return set()
+
+
+def _allowed(function: str, cfg, way: str) -> tuple[set[str], list[str]]:
+    allowed, why = set(), []
+    for when, ways, refusals, reason in REAL_REFUSALS:
+        if way in ways and (when(cfg) if callable(when) else re.search(when, function)):
+            allowed |= refusals
+            why.append(reason)
+    return allowed, why
+
+
+def _is_allowed(refusal: str, allowed: set[str]) -> bool:
+    return refusal in allowed or (refusal.startswith("upstream: ")
+                                  and any(a.startswith("upstream: ") and a[10:] in refusal for a in allowed))
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+@pytest.mark.parametrize("name", [r for r in RECIPES if ".qwen_vl." not in r],
+                         ids=[r.split(".", 3)[-1] for r in RECIPES if ".qwen_vl." not in r])
+def test_no_false_refusal_three_ways(name, way):
+    from mbridge_ep_overlap.spec import resolve_recipe
+    from mbridge_ep_overlap.target.cluster import describe
+    from mbridge_ep_overlap.target.simulate import simulate
+
+    target = _target(name)
+    try:
+        with simulate(describe(target.gpu, target.num_gpus)):
+            cfg = resolve_recipe(name).config(HF_CONFIG_DIR)
+    except UsageError as e:
+        pytest.skip(f"cannot be built here: {e}")
+    refusals = _refusals(RunSpec(recipe=name, target=target, hf_config_dir=HF_CONFIG_DIR, **WAYS[way]))
+    assert "recipe-flex-fallback" not in refusals
+    allowed, _ = _allowed(name.split(":")[1], cfg, way)
+    assert [r for r in refusals if not _is_allowed(r, allowed)] == []
+
+
+def test_gb300_qwen3_recipes_are_not_refused_for_the_base_recipes_deepep_request():
+    """The reported case: the H100 base recipe asks apply_flex_dispatcher_backend for DeepEP (MB falls
+    back on GB300), then the GB300 recipe sets flex/HybridEP itself; alltoall chosen now is no fallback."""
+    from mbridge_ep_overlap.core.dispatcher import recipe_request
+    from mbridge_ep_overlap.spec import resolve_recipe
+    from mbridge_ep_overlap.target.cluster import describe
+    from mbridge_ep_overlap.target.simulate import simulate
+
+    name = f"{ROOT}.qwen.gb300.qwen3_moe:qwen3_30b_a3b_pretrain_8gpu_gb300_bf16_config"
+    with simulate(describe("gb300", 8)):
+        cfg = resolve_recipe(name).config()
+    assert (cfg.model.moe_token_dispatcher_type, cfg.model.moe_flex_dispatcher_backend) == ("flex", "hybridep")
+    assert recipe_request(cfg.model) is None  # the base recipe's DeepEP request is no longer in force
+    for way in WAYS.values():
+        assert _refusals(RunSpec(recipe=name, target=TargetSpec(gpu="gb300", num_gpus=8), **way)) == set()
+
+
+def test_every_real_refusal_row_names_a_recipe():
+    functions = [r.split(":")[1] for r in RECIPES]
+    stale = [when for when, *_ in REAL_REFUSALS if isinstance(when, str) and not any(re.search(when, f) for f in functions)]
+    assert stale == []

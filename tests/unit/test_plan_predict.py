@@ -69,7 +69,6 @@ PROBES = [
     (["--global-batch-size", str(2 * 10**400)], "sizes-fit-int64"),
     (["--seq-length", str(10**400)], "sizes-fit-int64"),
     (["--seq-length", str(10**200)], "sizes-fit-int64"),
-    (["--set", "model.moe_ffn_hidden_size=abc"], "moe-ffn-hidden-size"),
     (["--set", "model.moe_ffn_hidden_size=-1"], "moe-ffn-hidden-size"),
     (["--set", "model.num_query_groups=0"], "num-query-groups"),
     (["--set", "model.kv_channels=0"], "kv-channels"),

@@ -18,7 +18,9 @@ Contract
 * A recipe may call ``apply_flex_dispatcher_backend`` itself (MB's own recipes do).
   ``recording_recipe_requests()`` - around every recipe build (``spec.Recipe.config``) - leaves a
   ``RecipeRequest`` on the model config each such call was given: the backend asked for and
-  whether MB applied it or silently fell back to alltoall. ``recipe_fell_back`` is that fallback
+  whether MB applied it or silently fell back to alltoall - dropped at the end of the build when the
+  recipe set its dispatcher itself afterwards, so the record is the request in force for the config
+  the recipe returns. ``recipe_fell_back`` is that fallback
   while the config still holds it (rule ``recipe-flex-fallback`` refuses it); a request MB applied
   makes the recipe's dispatcher "kept: the recipe's" (``decide``).
 """
@@ -43,10 +45,18 @@ ALLTOALL_FIELDS = {"moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher
 DEEPEP_MIN_EP = 16
 
 
+def canonical_name(dispatcher: Any) -> Any:
+    """A dispatcher name in its canonical spelling: names are case-insensitive ('DeepEP' is
+    'deepep'); anything else is returned as it is, for ``validate_name`` to refuse."""
+    return dispatcher.lower() if isinstance(dispatcher, str) else dispatcher
+
+
 def validate_name(dispatcher: Any) -> str:
-    if dispatcher not in DISPATCHERS:
+    """The canonical name of a user-given dispatcher, or ``UsageError`` listing the canonical names."""
+    name = canonical_name(dispatcher)
+    if name not in DISPATCHERS:
         raise UsageError("dispatcher", dispatcher, DISPATCHERS)
-    return dispatcher
+    return name
 
 
 def supports_gpu(backend: str, gpu_name: str | None, major: int) -> bool:
@@ -231,6 +241,11 @@ class RecipeRequest:
     """False: MB left the dispatcher alltoall (its GPU allow-list; upstream says so only in a rank-0 warning)."""
     gpu_name: str | None
     """The GPU MB judged (the simulated target's in a dry run); None: no CUDA, MB applies any backend."""
+    left: tuple[Any, Any] = (None, None)
+    """(moe_token_dispatcher_type, moe_flex_dispatcher_backend) as MB's call left them. When the recipe
+    sets its dispatcher itself afterwards, the fields differ at the end of the build and the request
+    is superseded: ``recording_recipe_requests`` drops it (a later alltoall set by this tool must not
+    revive it)."""
 
     def __str__(self) -> str:
         return f"{self.backend} on {self.gpu_name or 'no GPU'}: " + (
@@ -280,15 +295,19 @@ def recording_recipe_requests() -> Iterator[None]:
     upstream.__kwdefaults__ = function.__kwdefaults__
     signature = inspect.signature(function)
 
+    recorded: list[Any] = []
+
     def record(*args, **kwargs):
         upstream(*args, **kwargs)
         call = signature.bind(*args, **kwargs)
         call.apply_defaults()
         model, backend = call.arguments["model_config"], call.arguments["moe_flex_dispatcher_backend"]
         if backend in FLEX_BACKENDS and getattr(model, "num_moe_experts", None):  # MB skips a dense model
-            applied = model.moe_token_dispatcher_type == "flex" and model.moe_flex_dispatcher_backend == backend
+            left = _dispatcher_fields(model)
+            applied = left == ("flex", backend)
             with contextlib.suppress(AttributeError, TypeError):  # a frozen or slotted config cannot carry it
-                setattr(model, RECIPE_REQUEST, RecipeRequest(backend, applied, _gpu_name()))
+                setattr(model, RECIPE_REQUEST, RecipeRequest(backend, applied, _gpu_name(), left))
+                recorded.append(model)
 
     patches = Patches()
     patches.set(mb, "_ep_overlap_record_request", record)
@@ -297,3 +316,21 @@ def recording_recipe_requests() -> Iterator[None]:
         yield
     finally:
         patches.restore()
+        for model in recorded:
+            drop_superseded_request(model)
+
+
+def _dispatcher_fields(model) -> tuple[Any, Any]:
+    return getattr(model, "moe_token_dispatcher_type", None), getattr(model, "moe_flex_dispatcher_backend", None)
+
+
+def drop_superseded_request(model) -> RecipeRequest | None:
+    """At the end of a recipe's build: forget its recorded request when the recipe set the dispatcher
+    fields itself after the call (NVIDIA's GB200/GB300 recipes build on an H100 base recipe that
+    asks for DeepEP, then set flex/HybridEP directly). Returns the request dropped, if any."""
+    request = recipe_request(model)
+    if request is None or _dispatcher_fields(model) == request.left:
+        return None
+    with contextlib.suppress(AttributeError, TypeError):
+        delattr(model, RECIPE_REQUEST)
+    return request

@@ -37,7 +37,9 @@ Contract
   ``runtime_config_update`` and ``cfg.validate()`` re-run the rules after later overrides.
 
 ``Session`` is the same work step by step, for ``build`` (which applies Hydra-style overrides
-between configuring and checking, and evaluates once). ``disable_ep_overlap`` really turns it off.
+between configuring and checking, and evaluates once). ``disable_ep_overlap`` is its exact inverse
+(every field enable set back to the value it replaced, the created sections removed, the class MB's
+again); on a config enable never touched it really turns EP overlap off.
 """
 
 from __future__ import annotations
@@ -80,8 +82,8 @@ class Options:
     def validated(self) -> "Options":
         if self.resolve not in RESOLVE_MODES:
             raise UsageError("resolve mode", self.resolve, RESOLVE_MODES)
-        if self.dispatcher is not None:
-            dispatchers.validate_name(self.dispatcher)
+        if self.dispatcher is not None and self.dispatcher != dispatchers.validate_name(self.dispatcher):
+            return dataclasses.replace(self, dispatcher=dispatchers.validate_name(self.dispatcher)).validated()
         connections = positive_int(self.cuda_device_max_connections)
         if connections is None or connections > MAX_CONNECTIONS:
             raise UsageError("cuda_device_max_connections", self.cuda_device_max_connections,
@@ -389,18 +391,74 @@ def enable_ep_overlap(
     refuse_malformed(cfg, target, forward_step_func, "enable_ep_overlap")
     session = Session(copy.deepcopy(cfg), options, target, forward_step_func).configure()
     plan = session.finish(session.check())
+    undo = getattr(cfg, UNDO, None)
+    undo = undo if isinstance(undo, Undo) else Undo(enforcement_installed=not enforcement.is_installed(cfg))
     for change in session.edit.changes:  # the commit: replay onto the user's object graph
+        undo.replaced.append((change.path, copy.deepcopy(get_path(cfg, change.path, ABSENT))))
         set_path(cfg, change.path, copy.deepcopy(get_path(session.cfg, change.path)))
     enforcement.install(cfg)
+    object.__setattr__(cfg, UNDO, undo)
     return plan
 
 
-def disable_ep_overlap(cfg: Any) -> list[FieldChange]:
-    """Really turn EP overlap and delayed wgrad off: comm_overlap fields, its snapshot and the model.
+UNDO = "ep_overlap_undo"
+"""The ``ConfigContainer`` attribute holding what ``enable_ep_overlap`` replaced (an attribute, not a
+dataclass field: no YAML, override or upstream code sees it)."""
+ABSENT = type("Absent", (), {"__repr__": lambda self: "<absent>", "__deepcopy__": lambda self, memo: self})()
+"""A value that was not there (an ``env_vars`` key, a model attribute): undone by removing it."""
 
-    (MB's ``--moe_a2a_overlap false`` is a no-op, Megatron-Bridge issue 6006.) Returns the changes.
+
+@dataclass
+class Undo:
+    """What ``enable_ep_overlap`` replaced on a config, in order; several enables append."""
+
+    enforcement_installed: bool
+    """True: enable installed the enforcement class (the config was MB's class before)."""
+    replaced: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
+    """(dotted path, the value before) for every field enable set, in the order it set them."""
+
+
+def _restore(cfg: Any, path: str, value: Any) -> None:
+    if value is not ABSENT:
+        set_path(cfg, path, copy.deepcopy(value))
+        return
+    head, _, last = path.rpartition(".")
+    parent = get_path(cfg, head) if head else cfg
+    if isinstance(parent, dict):
+        parent.pop(last, None)
+    elif parent is not None and last in getattr(parent, "__dict__", {}):
+        delattr(parent, last)
+
+
+def disable_ep_overlap(cfg: Any) -> list[FieldChange]:
+    """Undo ``enable_ep_overlap`` exactly, or turn EP overlap off on a config enable never touched.
+
+    * After ``enable_ep_overlap(cfg, ...)`` (one or several): every field enable set is put back to
+      the value it replaced, in reverse order - the ``comm_overlap`` it created removed again,
+      ``cfg.env_vars`` keys it added removed, the dispatcher, ``high_priority_a2a_comm_stream``,
+      ``moe_shared_expert_overlap`` and the recipe's recorded flex request restored - and the class
+      is MB's again when enable installed the enforcement. The config then equals the one enable
+      was given (fields changed since by someone else and not by enable stay as they are).
+    * On a config enable never touched (a recipe that enables overlap itself): EP overlap and delayed
+      wgrad really off - the ``comm_overlap`` flags, its finalized snapshot and the model's (MB's
+      ``--moe_a2a_overlap false`` is a no-op, Megatron-Bridge issue 6006); nothing else changes.
+
+    Returns the changes made (path, old, new, reason).
     """
+    from . import enforcement  # function-level for start-up speed: it imports Megatron-Bridge
+
     require_config(cfg)
+    undo = cfg.__dict__.pop(UNDO, None)
+    if isinstance(undo, Undo):
+        changes = []
+        for path, value in reversed(undo.replaced):
+            current = get_path(cfg, path, ABSENT)
+            _restore(cfg, path, value)
+            changes.append(FieldChange(path, None if current is ABSENT else current, None if value is ABSENT else value,
+                                       "enable_ep_overlap undone"))
+        if undo.enforcement_installed:
+            enforcement.remove(cfg)
+        return changes
     edit = _Editor(cfg)  # no atomicity needed: every edit is an independent reset to False
     if cfg.comm_overlap is not None:
         for name in EP_FLAGS:

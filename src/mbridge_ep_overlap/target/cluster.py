@@ -21,7 +21,7 @@ from typing import Any
 
 from ..core.errors import UsageError
 from ..core.sizes import positive_int
-from .gpus import GPU_CATALOG
+from .gpus import GPU_CATALOG, canonical_gpu
 from .stack import REFERENCE_TE_VERSION, is_version
 
 # Launcher variables EP overlap depends on (read by the doctor and by the rules).
@@ -128,7 +128,7 @@ def describe(
     (``stack.REFERENCE_TE_VERSION``); DeepEP is unknown unless given. ``""`` means known missing,
     ``None`` unknown.
     """
-    if not isinstance(gpu, str) or gpu.lower() not in GPU_CATALOG:
+    if not isinstance(gpu, str) or canonical_gpu(gpu) not in GPU_CATALOG:
         raise UsageError("GPU", gpu, sorted(GPU_CATALOG))
     if positive_int(num_gpus) is None:
         raise UsageError("number of GPUs", num_gpus, "an integer >= 1", "invalid")
@@ -139,7 +139,7 @@ def describe(
                              "for unknown", "invalid")
     if env_vars is not None and not isinstance(env_vars, dict):
         raise UsageError("env_vars", env_vars, "a dict of variable name -> value", "invalid")
-    g = GPU_CATALOG[gpu.lower()]
+    g = GPU_CATALOG[canonical_gpu(gpu)]
     versions = installed_versions()
     return ClusterEnvironment(
         gpu_name=g.name,

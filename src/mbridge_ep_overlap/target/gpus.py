@@ -52,3 +52,9 @@ def match(gpu_name: str | None) -> GPUModel | None:
         if gpu_name.startswith(g.name) or g.key.upper() in compact:
             return g
     return None
+
+
+def canonical_gpu(name):
+    """A GPU kind in its canonical spelling (the ``GPU_CATALOG`` key): kinds are case-insensitive
+    ('H100' is 'h100'); anything else is returned as it is, for the caller to refuse."""
+    return name.lower() if isinstance(name, str) else name

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..core.dispatcher import DISPATCHERS
+from ..core.dispatcher import DISPATCHERS, canonical_name
 from ..core.errors import UsageError
 from ..spec import RESOLVE_MODES, RunSpec, TargetSpec
-from ..target.gpus import GPU_CATALOG
+from ..target.gpus import GPU_CATALOG, canonical_gpu
 from .exits import positive_int
 
 # flag -> RunSpec field, for the parallel and batch sizes
@@ -40,7 +40,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, recipe_default: str |
     g.add_argument("--recipe", required=recipe_default is None, default=recipe_default,
                    help="registered recipe name (`mbridge-ep-overlap recipes`) or MODULE:FUNCTION")
     g.add_argument("--ep-overlap", choices=ON_OFF, default="on", help="off really turns a recipe's overlap off")
-    g.add_argument("--dispatcher", choices=DISPATCHERS, default=None, help="default: the recipe's")
+    g.add_argument("--dispatcher", type=canonical_name, choices=DISPATCHERS, default=None, help="default: the recipe's")
     g.add_argument("--delay-wgrad", choices=ON_OFF, nargs="?", const="on", default=None,
                    help="delayed weight-gradient compute (needs TE); default: the recipe's")
     g.add_argument("--a2a-priority", choices=("default", "high"), default=None,
@@ -55,7 +55,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, recipe_default: str |
     g.add_argument("--hf-config-dir", default=None, metavar="DIR",
                    help="architecture files <org>--<model>/config.json not shipped with the package")
     t = parser.add_argument_group("target cluster (dry runs, plans, Slurm jobs)")
-    t.add_argument("--gpu", choices=sorted(GPU_CATALOG), default=None, help="default: the recipe's")
+    t.add_argument("--gpu", type=canonical_gpu, choices=sorted(GPU_CATALOG), default=None, help="default: the recipe's")
     t.add_argument("--num-gpus", type=positive_int, default=None, metavar="N", help="default: the recipe's")
     t.add_argument("--te", default=None, metavar="VERSION|none",
                    help="Transformer Engine on the target (default: the reference stack of MB 0.6.2)")
