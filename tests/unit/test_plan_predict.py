@@ -92,12 +92,15 @@ def test_plan_refuses_values_no_run_can_have(capsys, argv, rule):
 
 def test_plan_accepted_with_a_prediction_not_made(capsys):
     """A valid config the model does not cover: accepted, the prediction 'not made' with the reason."""
-    code, out = _plan(capsys, "--json", "--predict", "--set", "model.num_layers=2000")
+    # a thin proxy (it must fit in memory: fits-in-gpu-memory refuses 2000 full-size proxy layers on 2 H200)
+    thin = ["--set", "model.num_layers=2000", "--set", "model.hidden_size=256", "--set", "model.moe_ffn_hidden_size=128",
+            "--set", "model.ffn_hidden_size=256", "--set", "model.seq_length=512", "--set", "dataset.seq_length=512"]
+    code, out = _plan(capsys, "--json", "--predict", *thin)
     data = _strict_json(out)
     assert code == 0 and data["accepted"] is True
     assert data["prediction"] == {"error": "the config is outside the model (a model chunk of 2000 layers: "
                                            "the replay simulates at most 1024)"}
-    code, out = _plan(capsys, "--predict", "--set", "model.num_layers=2000")
+    code, out = _plan(capsys, "--predict", *thin)
     assert code == 0 and "predicted step time: not made (the config is outside the model (a model chunk" in out
 
 
@@ -201,6 +204,6 @@ def test_auto_picks_a_clearly_faster_backend_end_to_end():
 
 def test_auto_keeps_its_rules_when_the_gpu_is_not_modelled(proxy_cfg):
     proxy_cfg.model.expert_model_parallel_size = 16
-    env = describe("b300", 16, deep_ep_version="1.2.1")  # in the catalogue, not in hardware.json
+    env = describe("vr200", 16, deep_ep_version="1.2.1")  # in the catalogue, not in hardware.json
     d = decide("auto", proxy_cfg.model, env, "error", keep_current=False)
     assert not d.reason.startswith("auto: predicted")

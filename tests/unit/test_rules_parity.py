@@ -237,6 +237,10 @@ CASES = [
     Case("expert-world-divisible", chain(m(expert_model_parallel_size=16), lambda cfg: setattr(cfg.train, "global_batch_size", 96)),
          env={"num_gpus": 24}),
     Case("global-batch-divisible", lambda cfg: setattr(cfg.train, "global_batch_size", 2 * BASE_WORLD * 2 + 2)),
+    # MB and MCore accept both; the job fails with CUDA out of memory (10**10 experts: it cannot even
+    # allocate its parameters; 10240 experts: ~76 GiB predicted of an H100's 80)
+    Case("fits-in-gpu-memory", m(num_moe_experts=10**10)),
+    Case("gpu-memory-headroom", m(num_moe_experts=10240), also=("predicted-gain-alltoall",)),  # 640 experts a GPU: little to gain
     Case("predicted-gain-alltoall", m(expert_model_parallel_size=4), env={"num_gpus": 4}),
     Case("predicted-gain-deepep", chain(flex("deepep"), m(expert_model_parallel_size=8)), env={"num_gpus": 8}),
 ]

@@ -211,3 +211,15 @@ class Facts:
             return for_config(self.cfg, self.env, precision=self.precision)
         except (CannotPredict, ValueError, TypeError, KeyError, AttributeError):  # precision unreadable too
             return None
+
+    @cached_property
+    def memory(self):
+        """The predicted peak memory per GPU (``predict.memory.MemoryPrediction``), made at most once per
+        evaluation; None when it cannot be made (GPU or world size unknown, a config the model does not
+        cover, a hybrid Mamba model)."""
+        from ..predict.config import CannotPredict, memory_for_config
+
+        try:
+            return memory_for_config(self.cfg, self.env, precision=self.precision)
+        except (CannotPredict, ValueError, TypeError, KeyError, AttributeError):  # precision unreadable too
+            return None

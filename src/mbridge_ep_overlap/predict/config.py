@@ -14,6 +14,13 @@ Contract
   failure to predict (unknown GPU, a config the model does not cover - malformed or out-of-range
   values, sizes no run can have, arithmetic out of range -, a dispatcher without a bandwidth model)
   is ``CannotPredict`` with the reason, never another exception.
+* What the model does not represent (``unmodelled(cfg, inputs)``): CUDA graphs, selective recompute's
+  replay time, delayed wgrad's reordering, shared-expert overlap, BF16 first/last layers, TF32 GEMMs;
+  each is one "not modelled: ..." line of ``lines()`` and lowers ``confidence`` from "validated"
+  (BF16 on the calibrated GPU kind, ``validation``'s check rows) to "provisional" (another GPU kind or
+  an FP8-class precision whose efficiency is not yet measured) or "low" (anything not modelled).
+  Hybrid Mamba models (``hybrid_layer_pattern`` / ``hybrid_override_pattern`` with Mamba layers) are
+  refused: ``CannotPredict`` says why - the model has no Mamba layer and never counts one as attention.
 * The advice thresholds: overlap is worth keeping when its predicted speedup is at least
   ``MIN_GAIN``; another dispatcher is *clearly* faster when its predicted step is shorter by more
   than ``CLEAR_MARGIN`` (the model's stated accuracy on step time, ``validation.TARGET``).
@@ -30,6 +37,8 @@ from typing import Any, Iterable, Mapping
 from ..target.gpus import match
 from .costs import domain_size, hardware
 from .inputs import Cluster, StepInputs, from_config
+from . import memory
+from .costs import linear_rate
 from .model import NotModelled, OutsideModel, Prediction, rank_dispatchers
 from .validation import TARGET
 
@@ -62,6 +71,24 @@ class ConfigPrediction:
     prediction: Prediction  # the config's dispatcher
     ranking: tuple[tuple[str, Prediction | NotModelled], ...]  # every dispatcher, best first
     assumed: tuple[str, ...] = ()  # the cluster's assumed parts (links the target does not describe)
+    not_modelled: tuple[str, ...] = ()  # what the config uses that the model does not represent
+    memory: Any = None  # memory.MemoryPrediction (None: not made, ``memory_error`` says why)
+    memory_error: str | None = None
+
+    @property
+    def confidence(self) -> str:
+        """'validated', 'provisional' or 'low' (module docstring), with the reason after a colon."""
+        if self.not_modelled:
+            return "low: the config uses what the model does not represent"
+        why = []
+        if self.cluster.gpu not in ("h100", "h200"):
+            why.append(f"efficiencies measured on Hopper, applied to {self.cluster.gpu}")
+        try:
+            if linear_rate(self.inputs, self.cluster).provisional:
+                why.append(f"{self.inputs.gemm_precision} GEMM efficiency provisional (hardware.json precisions)")
+        except ValueError:
+            pass
+        return "provisional: " + "; ".join(why) if why else "validated: BF16 on Hopper (docs/prediction.md)"
 
     @property
     def defaults_used(self) -> tuple[str, ...]:
@@ -80,6 +107,9 @@ class ConfigPrediction:
             "hidden_fraction": p.hidden_fraction, "supported": p.supported,
             "a2a_s_per_step": p.a2a_s_per_step, "compute_s_per_step": p.compute_s_per_step,
             "defaults_used": list(self.defaults_used), "notes": list(p.notes),
+            "gemm_precision": self.inputs.gemm_precision, "confidence": self.confidence,
+            "not_modelled": list(self.not_modelled),
+            "memory": self.memory.to_dict() if self.memory is not None else {"error": self.memory_error},
             "dispatchers": [{"dispatcher": d, "off_step_s": x.off_step_s, "on_step_s": x.on_step_s,
                              "speedup": x.speedup} if isinstance(x, Prediction)
                             else {"dispatcher": d, "not_modelled": x.reason} for d, x in self.ranking],
@@ -89,6 +119,7 @@ class ConfigPrediction:
         p = self.prediction
         on = secs(p.on_step_s) + ("" if p.supported else " (overlap not supported here)")
         out = [f"  dispatcher          : {p.dispatcher}, {self.cluster.num_gpus}x {self.cluster.gpu}",
+               f"  GEMM precision      : {self.inputs.gemm_precision} (activations and all-to-all in BF16)",
                f"  step, overlap off   : {secs(p.off_step_s)}",
                f"  step, overlap on    : {on}",
                f"  speedup             : {p.speedup:.3f}x",
@@ -99,6 +130,12 @@ class ConfigPrediction:
             out.append(f"  other dispatchers   : {'; '.join(others)}")
         out.append(f"  defaults used       : {', '.join(self.defaults_used) or 'none'}")
         out += [f"  note                : {n}" for n in p.notes]
+        out += [f"  not modelled        : {n}" for n in self.not_modelled]
+        out.append(f"  confidence          : {self.confidence}")
+        if self.memory is not None:
+            out += self.memory.lines()
+        else:
+            out.append(f"  memory per GPU      : not predicted ({self.memory_error})")
         return out
 
 
@@ -129,6 +166,9 @@ def for_config(cfg: Any, target: Any, *, precision: str | None = None, dispatche
                assume: Mapping[str, Any] | None = None) -> ConfigPrediction:
     """The prediction for ``cfg`` on ``target`` (module docstring); ``CannotPredict`` otherwise."""
     cluster, assumed = cluster_for(target)
+    hybrid = hybrid_layers(cfg)
+    if hybrid:
+        raise CannotPredict(hybrid)
     try:
         inputs = from_config(cfg, cluster.num_gpus, precision=precision, dispatcher=dispatcher, assume=assume)
         ranking = tuple(rank_dispatchers(inputs, cluster))
@@ -139,7 +179,70 @@ def for_config(cfg: Any, target: Any, *, precision: str | None = None, dispatche
     own = dict(ranking)[inputs.dispatcher]
     if isinstance(own, NotModelled):
         raise CannotPredict(own.reason)
-    return ConfigPrediction(inputs, cluster, own, ranking, assumed)
+    mem, mem_error = None, None
+    try:
+        mem = memory.predict_memory(inputs, cluster, memory.MemoryOptions.of_config(cfg))
+    except _CONFIG_ERRORS as e:
+        mem_error = _first_line(e)
+    return ConfigPrediction(inputs, cluster, own, ranking, assumed, unmodelled(cfg, inputs), mem, mem_error)
+
+
+def memory_for_config(cfg: Any, target: Any, *, precision: str | None = None) -> memory.MemoryPrediction:
+    """The peak memory per GPU of ``cfg`` on ``target`` (``memory.predict_memory``), for any dispatcher
+    (it needs no bandwidth model); ``CannotPredict`` with the reason otherwise."""
+    cluster, _ = cluster_for(target)
+    hybrid = hybrid_layers(cfg)
+    if hybrid:
+        raise CannotPredict(hybrid)
+    try:
+        inputs = from_config(cfg, cluster.num_gpus, precision=precision)
+        return memory.predict_memory(inputs, cluster, memory.MemoryOptions.of_config(cfg))
+    except _CONFIG_ERRORS as e:
+        raise CannotPredict(f"the config is outside the model ({type(e).__name__}: {_first_line(e)})") from None
+
+
+def hybrid_layers(cfg: Any) -> str | None:
+    """Why a hybrid Mamba model gets no prediction (None: not one). MCore's symbols: M Mamba,
+    * attention, - MLP, E MoE (``ssm/mamba_hybrid_layer_allocation.Symbols``)."""
+    model = getattr(cfg, "model", None)
+    for name in ("hybrid_layer_pattern", "hybrid_override_pattern"):
+        pattern = getattr(model, name, None)
+        if isinstance(pattern, str) and "M" in pattern:
+            counts = {sym: pattern.count(sym) for sym in "M*-E"}
+            return (f"hybrid Mamba model (model.{name}: {counts['M']} Mamba, {counts['*']} attention, "
+                    f"{counts['E']} MoE, {counts['-']} MLP layers): the step-time and memory model has no Mamba "
+                    "layer, so no prediction is made (never counted as attention layers)")
+    return None
+
+
+def unmodelled(cfg: Any, inputs: StepInputs) -> tuple[str, ...]:
+    """What ``cfg`` uses that the model does not represent (module docstring), one line each."""
+    model = getattr(cfg, "model", None)
+    get = lambda name, default=None: getattr(model, name, default)  # noqa: E731
+    out = []
+    impl = get("cuda_graph_impl", "none") or "none"
+    if impl != "none":
+        scope = get("cuda_graph_scope")
+        out.append(f"CUDA graphs (cuda_graph_impl={impl}{f', scope {scope}' if scope else ''}): the launch time "
+                   "they save (their buffers are estimated in memory)")
+    if get("recompute_granularity") == "selective":
+        out.append(f"selective recompute of {get('recompute_modules') or ['core_attn']}: its replay time "
+                   "(memory is modelled)")
+    co = getattr(cfg, "comm_overlap", None)
+    if getattr(co, "delay_wgrad_compute", None) or get("delay_wgrad_compute"):
+        out.append("delayed wgrad (delay_wgrad_compute): the moved expert weight-gradient GEMMs")
+    if get("moe_shared_expert_overlap"):
+        out.append("moe_shared_expert_overlap: the shared expert on the communication stream")
+    mp = getattr(cfg, "mixed_precision", None)
+    if getattr(mp, "first_last_layers_bf16", False):
+        out.append("first_last_layers_bf16: the first and last layers' BF16 GEMMs (all taken in "
+                   f"{inputs.gemm_precision})")
+    if inputs.gemm_precision == "fp32":
+        out.append("FP32 (TF32) GEMMs: taken at the BF16 rate")
+    if get("moe_expert_capacity_factor") is not None:
+        out.append(f"moe_expert_capacity_factor={get('moe_expert_capacity_factor')}: token dropping and padding "
+                   "(routing is taken as balanced)")
+    return tuple(out)
 
 
 def _first_line(e: BaseException) -> str:

@@ -8,7 +8,8 @@ forward/backward, expert MLP forward/backward, each of the four all-to-alls), pl
 per-microbatch ends (embedding, output layer and loss), the per-step parts (optimizer, DP
 gradient sync) and what each all-to-all moves (bytes in and out of the NVLink domain).
 
-Compute time = GEMM FLOPs / (peak x ``gemm_efficiency``) + memory-bound bytes / (HBM bandwidth x
+Compute time = GEMM FLOPs / (peak x ``gemm_efficiency``; linear layers at the peak and relative
+efficiency of the recipe's GEMM precision, ``precision.gemm_rate``, plus its quantization passes) + memory-bound bytes / (HBM bandwidth x
 ``memory_efficiency``) [+ fused attention FLOPs / (peak x ``attention_efficiency``) on the
 Transformer-Engine path]. The two efficiencies are fitted on the GPU the calibration was
 measured on (``calibration.json``); pass counts of the memory-bound kernels are fixed constants
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .inputs import Cluster, LinkSpec, StepInputs
+from .precision import Rate, gemm_rate
 
 _HERE = Path(__file__).resolve().parent
 
@@ -62,6 +64,11 @@ def _load_json(name: str) -> dict[str, Any]:
 def hardware() -> dict[str, Any]:
     """The parsed ``hardware.json``."""
     return _load_json("hardware.json")
+
+
+def linear_rate(inputs: StepInputs, cluster: Cluster) -> Rate:
+    """The rate of the config's linear-layer GEMMs on the cluster's GPU (``precision.gemm_rate``)."""
+    return gemm_rate(gpu_spec(cluster.gpu), inputs.gemm_precision, hardware()["precisions"])
 
 
 def gpu_spec(key: str) -> dict[str, Any]:
@@ -271,8 +278,19 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
     impl = i.transformer_impl
     causal = 0.5 if impl == "transformer_engine" else 1.0  # unfused local attention computes the full square
 
-    def gemm(flops: float) -> float:
+    def gemm(flops: float) -> float:  # BF16 GEMMs: router, output layer, unfused attention
         return flops / (peak * eg)
+
+    # linear layers in the recipe's GEMM precision (FP8 / MXFP8 / NVFP4 at their own peak), plus the
+    # quantization passes over each GEMM input (forward) and output gradient (backward)
+    rate = linear_rate(inputs, cluster)
+    quant = rate.quantize_passes * 2  # bytes read + written per quantized element, BF16 source
+
+    def lin(flops: float) -> float:
+        return flops / (rate.peak_flops * eg * rate.relative_efficiency)
+
+    def lin_mem(elements: float) -> float:
+        return elements * quant / (hbm * em) if quant else 0.0
 
     def mem(nbytes: float) -> float:
         return nbytes / (hbm * em)
@@ -307,28 +325,34 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
         attn_core_f = gemm(core) + mem(scores * _PASSES["score_bytes_local"])
         attn_core_b = _BWD_ATTN["local"] * attn_core_f
     else:
-        attn_core_f = core / (peak * cal.attention_efficiency_te)
+        attn_core_f = core / (peak * cal.attention_efficiency_te * spec.get("attention_speedup", 1.0))
         attn_core_b = _BWD_ATTN["transformer_engine"] * attn_core_f
     grad_acc = _PASSES["grad_accum_bytes_per_param_local"] if impl == "local" else 0.0
 
     # router + shared expert + permutation live in the attention node (pre_dispatch_computation)
     shared = i.moe_shared_expert_intermediate_size or 0
-    moe_pre_gemm = 2 * T * h * E + 6 * T * h * shared
     moe_pre_mem = (_PASSES["permute_per_topk"] * k * T * h + (3 * T * shared if shared else 0)) * b
     shared_params = 3 * h * shared / i.tp + h * E
 
-    attn_f_common = gemm(attn_lin) + attn_core_f + mem(attn_mem)
-    attn_b_common = _BWD_GEMM * gemm(attn_lin) + attn_core_b + _BWD_MEM * mem(attn_mem) + mem(attn_params * grad_acc)
-    moe_pre_f = gemm(moe_pre_gemm) + mem(moe_pre_mem)
-    moe_pre_b = _BWD_GEMM * gemm(moe_pre_gemm) + _BWD_MEM * mem(moe_pre_mem) + mem(shared_params * grad_acc)
+    attn_q = T * (h + nh * (i.v_head_dim or i.kv_channels))  # QKV and projection inputs
+    shared_q = T * (h + shared) if shared else 0.0
+    attn_f_common = lin(attn_lin) + lin_mem(attn_q) + attn_core_f + mem(attn_mem)
+    attn_b_common = (_BWD_GEMM * lin(attn_lin) + _BWD_MEM * lin_mem(attn_q) + attn_core_b + _BWD_MEM * mem(attn_mem)
+                     + mem(attn_params * grad_acc))
+    router, shared_gemm = 2 * T * h * E, 6 * T * h * shared
+    moe_pre_f = gemm(router) + lin(shared_gemm) + lin_mem(shared_q) + mem(moe_pre_mem)
+    moe_pre_b = (_BWD_GEMM * (gemm(router) + lin(shared_gemm) + lin_mem(shared_q)) + _BWD_MEM * mem(moe_pre_mem)
+                 + mem(shared_params * grad_acc))
 
     # routed experts (grouped GEMM, SwiGLU: fc1 2 x ffn, fc2 ffn)
     F = i.moe_ffn_hidden_size
     expert_flops = 6 * T * k * h * F
     expert_mem = (_PASSES["expert_per_topk_h"] * k * T * h + _PASSES["expert_per_topk_ffn"] * k * T * F) * b
     expert_params = (E // i.ep) * 3 * h * F / i.etp
-    expert_f = gemm(expert_flops) + mem(expert_mem)
-    expert_b = _BWD_GEMM * gemm(expert_flops) + _BWD_MEM * mem(expert_mem) + mem(expert_params * grad_acc)
+    expert_q = k * T * (h + F)  # FC1 and FC2 inputs
+    expert_f = lin(expert_flops) + lin_mem(expert_q) + mem(expert_mem)
+    expert_b = (_BWD_GEMM * lin(expert_flops) + _BWD_MEM * lin_mem(expert_q) + _BWD_MEM * mem(expert_mem)
+                + mem(expert_params * grad_acc))
     cpost = mem((_PASSES["combine_post_per_topk"] * k + _PASSES["combine_post"]) * T * h * b)
 
     # dense layers
@@ -336,8 +360,10 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
     dense_flops = 6 * T * h * Fd
     dense_mem = (_PASSES["dense_mlp_per_ffn"] * T * Fd + 2 * T * h) * b
     dense_params = 3 * h * Fd / i.tp
-    dense_mlp_f = gemm(dense_flops) + mem(dense_mem)
-    dense_mlp_b = _BWD_GEMM * gemm(dense_flops) + _BWD_MEM * mem(dense_mem) + mem(dense_params * grad_acc)
+    dense_q = T * (h + Fd)
+    dense_mlp_f = lin(dense_flops) + lin_mem(dense_q) + mem(dense_mem)
+    dense_mlp_b = (_BWD_GEMM * lin(dense_flops) + _BWD_MEM * lin_mem(dense_q) + _BWD_MEM * mem(dense_mem)
+                   + mem(dense_params * grad_acc))
 
     # output layer + loss, embedding
     V = i.vocab_size
@@ -348,8 +374,8 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
     head_b = _BWD_GEMM * gemm(head_flops) + mem(head_mem) + mem(h * V / i.tp * grad_acc)
     embed_f = mem(2 * T * h * b)
     embed_b = mem(2 * T * h * b + h * V / i.tp * grad_acc)
-    mtp_extra_f = gemm(2 * T * 2 * h * h) + head_f
-    mtp_extra_b = _BWD_GEMM * gemm(2 * T * 2 * h * h) + head_b
+    mtp_extra_f = lin(2 * T * 2 * h * h) + head_f
+    mtp_extra_b = _BWD_GEMM * lin(2 * T * 2 * h * h) + head_b
 
     intra, inter = _links(inputs, cluster, cal)
     # TP: all-gather before and reduce-scatter after attention and dense MLP (sequence parallel)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from ..core import sizes
+from . import precision as _precision_of
 
 DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep")
 INT64_MAX, shown = sizes.INT64_MAX, sizes.shown  # the bound on every size and on the tokens per step
@@ -229,6 +230,7 @@ class StepInputs:
     num_microbatches: int = 1
     # numerics and implementation
     bytes_per_element: int = 2
+    gemm_precision: str = "bf16"  # precision.PRECISIONS: what the linear layers' GEMMs run in
     dispatcher: str = "alltoall"
     transformer_impl: str = "transformer_engine"
     attention_mask_in_batch: bool = False  # a dense [s, s] mask travels with every microbatch
@@ -242,6 +244,8 @@ class StepInputs:
         ``ValueError`` naming the field otherwise."""
         if self.dispatcher not in DISPATCHERS:
             raise ValueError(f"dispatcher {self.dispatcher!r}: one of {DISPATCHERS}")
+        if self.gemm_precision not in _precision_of.PRECISIONS:
+            raise ValueError(f"gemm_precision {self.gemm_precision!r}: one of {_precision_of.PRECISIONS}")
         if self.transformer_impl not in TRANSFORMER_IMPLS:
             raise ValueError(f"transformer_impl {self.transformer_impl!r}: one of {TRANSFORMER_IMPLS}")
         for names, minimum, optional in _VALUE_RANGES:
@@ -357,6 +361,12 @@ class StepInputs:
             nbytes = _int("bytes_per_element", s.get("bytes_per_element") or 2)
             if s.get("bf16") is None and s.get("fp16") is None and s.get("bytes_per_element") is None:
                 used.append("bytes_per_element")
+        gemm = s.get("gemm_precision")
+        if gemm is None:
+            fields_ = type("MixedPrecisionFields", (), {k: s.get(k) for k in ("bf16", "fp16", "fp8", "fp8_recipe", "fp4",
+                                                                           "fp4_recipe")})
+            gemm = _precision_of.of_fields(fields_) if (s.get("fp8") or s.get("fp4")) else \
+                ("fp32" if nbytes == 4 else "bf16")
         impl = get("transformer_impl")
         mask = s.get("attention_mask_in_batch")
         if mask is None:
@@ -380,7 +390,7 @@ class StepInputs:
             **{k: _opt_int(k, s.get(k)) for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim",
                                                    "qk_pos_emb_head_dim", "v_head_dim")},
             tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, num_microbatches=nmb,
-            bytes_per_element=nbytes, dispatcher=str(dispatcher), transformer_impl=str(impl),
+            bytes_per_element=nbytes, gemm_precision=str(gemm), dispatcher=str(dispatcher), transformer_impl=str(impl),
             attention_mask_in_batch=bool(mask),
             high_priority_a2a=bool(get("high_priority_a2a_comm_stream")),
             recompute=bool(recompute), overlap_grad_reduce=bool(get("overlap_grad_reduce")),
@@ -426,6 +436,7 @@ def from_config(cfg: Any, world_size: int | None, *, precision: str | None = Non
     s["attention_mask_in_batch"] = getattr(getattr(cfg, "dataset", None), "create_attention_mask", None)
     precision = precision or _precision(cfg)
     s["bf16"], s["fp16"] = (precision == "bf16", precision == "fp16") if precision else (None, None)
+    s["gemm_precision"] = _precision_of.of_config(cfg) or precision
     if dispatcher is not None:
         s["dispatcher"] = dispatcher
     assumed = [k for k in (assume or {}) if s.get(k) is None]

@@ -1,0 +1,321 @@
+"""Peak GPU memory per GPU of a config, with EP overlap off and on: what the ``fits-in-gpu-memory``
+rule and ``plan --predict`` read.
+
+Contract
+--------
+``predict_memory(inputs, cluster, options) -> MemoryPrediction``: bytes on the most loaded pipeline
+stage (the first stage holds the most microbatches in flight and the embedding; the last holds the
+output layer, the logits and the MTP layers; the larger of the two is the peak), split into parts:
+
+* ``parameters`` - BF16 weights of the stage's layers (attention and dense parts / TP, experts /
+  (EP x ETP), router replicated), ``gradients`` - the DDP main-grad buffer (FP32 when
+  ``grad_reduce_in_fp32``, else BF16), ``optimizer`` - Adam's FP32 master weights and two moments,
+  divided by the data-parallel group (dense: DP x CP, experts: the expert-data-parallel group) with
+  the distributed optimizer, not without it; ``optimizer_offload_fraction`` of it on the host.
+* ``activations`` - per layer and microbatch, the tensors Megatron-Core 0.19.2 saves for backward
+  with TE layers (flash attention: no [s, s] scores; local layers add the score and softmax tensors),
+  GEMM inputs in one byte under FP8-class recipes; times the layers in flight: overlap off one
+  microbatch without PP, PP microbatches on the first stage with PP, the interleaved warm-up's
+  ``2(pp-1) + (vpp-1)pp + 1`` model chunks with VPP; overlap on pairs each forward layer with a
+  backward layer (combined 1F1B: one more layer in flight, its attention part released early with
+  ``ep_overlap_early_attn_memory_release``) and with VPP warms up one chunk more
+  (``schedules.py:939``); delayed wgrad keeps one layer's expert GEMM inputs longer. Full recompute
+  keeps each recomputed layer's input only, selective recompute drops the modules it replays.
+* ``logits`` (last stage: BF16 output + FP32 loss copy), ``dispatcher_buffers`` (DeepEP: its NVLink
+  and RDMA buffers, ``num_sms / 2`` channels x peers x chunked tokens x hidden bytes, the shape of
+  DeepEP's ``get_nvl_buffer_size_hint`` that MCore's ``fused_a2a.get_buffer`` asks for; HybridEP:
+  dispatch and combine buffers of ``max_num_of_tokens_per_rank`` tokens for every rank of the NVLink
+  domain, ``fused_a2a.init_hybrid_ep_buffer``), ``cuda_graphs`` (static input/output buffers of the
+  graphed scopes per layer for one microbatch, the graphs sharing one pool: an estimate, no
+  measurement yet),
+  ``workspace`` (one layer's activations of backward transients) and ``fixed`` (CUDA context,
+  cuBLAS / NCCL workspaces: ``FIXED_GIB``, assumed).
+
+``MemoryPrediction.allocated_off/on`` is what ``torch.cuda.max_memory_allocated`` measures (no
+``fixed``, no fragmentation); ``total_off/on`` adds both and is what the rule compares with the
+GPU's memory (``target.gpus``). ``lines()`` is what ``plan`` prints. Every number finite or
+``ValueError``. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..target.gpus import GPU_CATALOG
+from .costs import domain_size, ep_layout
+from .inputs import Cluster, StepInputs
+
+GIB = 2 ** 30
+FIXED_GIB = 2.0  # assumed: CUDA context + cuBLAS workspace + NCCL buffers per GPU
+FRAGMENTATION = 0.05  # assumed: caching-allocator reserve above the allocated peak
+NEAR = 0.90  # the advice threshold: predicted above this share of the GPU's memory
+SELECTIVE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryOptions:
+    """What memory depends on beyond ``StepInputs`` (read from the config by ``of_config``)."""
+
+    distributed_optimizer: bool = True
+    grad_reduce_in_fp32: bool = True
+    optimizer_offload_fraction: float = 0.0
+    recompute_granularity: str | None = None
+    recompute_method: str | None = None
+    recompute_num_layers: int | None = None
+    recompute_modules: tuple[str, ...] = ()
+    cuda_graph_impl: str = "none"
+    cuda_graph_scope: tuple[str, ...] = ()
+    overlap: bool = False
+    early_attn_release: bool = False
+    delay_wgrad: bool = False
+    tied_embeddings: bool = False
+    deepep_num_sms: int = 20
+    fused_cross_entropy: bool = False
+
+    @classmethod
+    def of_config(cls, cfg: Any) -> "MemoryOptions":
+        model = getattr(cfg, "model", None)
+        get = lambda obj, name, default=None: (getattr(obj, name, default) if obj is not None else default)  # noqa: E731
+        ddp, opt, co = getattr(cfg, "ddp", None), getattr(cfg, "optimizer", None), getattr(cfg, "comm_overlap", None)
+        mp = getattr(cfg, "mixed_precision", None)
+        grad32 = get(mp, "grad_reduce_in_fp32") if mp is not None and not isinstance(mp, str) else None
+        if grad32 is None:
+            grad32 = get(ddp, "grad_reduce_in_fp32", True)
+        scope = get(model, "cuda_graph_scope") or ()
+        scope = tuple(str(getattr(s, "name", s)) for s in (scope if isinstance(scope, (list, tuple)) else [scope]))
+        modules = get(model, "recompute_modules") or ()
+        overlap = bool(get(co, "overlap_moe_expert_parallel_comm") or get(model, "overlap_moe_expert_parallel_comm"))
+        return cls(
+            distributed_optimizer=bool(get(ddp, "use_distributed_optimizer", get(opt, "use_distributed_optimizer", False))),
+            grad_reduce_in_fp32=bool(grad32),
+            optimizer_offload_fraction=float(get(opt, "optimizer_offload_fraction", 0.0) or 0.0)
+            if get(opt, "optimizer_cpu_offload", False) else 0.0,
+            recompute_granularity=get(model, "recompute_granularity"),
+            recompute_method=get(model, "recompute_method"), recompute_num_layers=get(model, "recompute_num_layers"),
+            recompute_modules=tuple(str(m) for m in modules) if isinstance(modules, (list, tuple)) else (),
+            cuda_graph_impl=str(get(model, "cuda_graph_impl", "none") or "none"), cuda_graph_scope=scope,
+            overlap=overlap, early_attn_release=bool(get(model, "ep_overlap_early_attn_memory_release")),
+            delay_wgrad=bool(get(co, "delay_wgrad_compute") or get(model, "delay_wgrad_compute")),
+            tied_embeddings=bool(get(model, "share_embeddings_and_output_weights")),
+            fused_cross_entropy=bool(get(model, "cross_entropy_loss_fusion")),
+            deepep_num_sms=int(get(model, "moe_flex_num_sms", None) or get(model, "moe_deepep_num_sms", None) or 20),
+        )
+
+
+@dataclass(frozen=True)
+class MemoryPrediction:
+    gpu: str
+    capacity_gib: float  # the GPU's memory (target.gpus)
+    parts_off: dict[str, float] = field(default_factory=dict)  # GiB per part, overlap off
+    parts_on: dict[str, float] = field(default_factory=dict)  # GiB per part, overlap on
+    stage: str = "first"  # the pipeline stage the peak is on
+
+    @property
+    def allocated_off(self) -> float:
+        return sum(v for k, v in self.parts_off.items() if k != "fixed")
+
+    @property
+    def allocated_on(self) -> float:
+        return sum(v for k, v in self.parts_on.items() if k != "fixed")
+
+    @property
+    def total_off(self) -> float:
+        return self.allocated_off * (1 + FRAGMENTATION) + self.parts_off.get("fixed", 0.0)
+
+    @property
+    def total_on(self) -> float:
+        return self.allocated_on * (1 + FRAGMENTATION) + self.parts_on.get("fixed", 0.0)
+
+    def total(self, overlap: bool) -> float:
+        return self.total_on if overlap else self.total_off
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "allocated_off_gib": self.allocated_off, "allocated_on_gib": self.allocated_on,
+                "total_off_gib": self.total_off, "total_on_gib": self.total_on}
+
+    def lines(self) -> list[str]:
+        on = self.parts_on
+        keys = [k for k in on if on[k] >= 0.05 or self.parts_off.get(k, 0) >= 0.05]
+        split = ", ".join(f"{k} {on[k]:.1f}" for k in keys)
+        return [f"  memory per GPU      : {self.total_off:.1f} GiB off / {self.total_on:.1f} GiB on of "
+                f"{self.capacity_gib:.0f} GiB ({self.gpu}, {self.stage} pipeline stage)",
+                f"  memory, overlap on  : {split} GiB (+{FRAGMENTATION:.0%} allocator reserve)"]
+
+
+def _layer(i: StepInputs) -> dict[str, float]:
+    """Parameters of one layer on one GPU, by part."""
+    h, nh = i.hidden_size, i.num_attention_heads
+    if i.multi_latent_attention:
+        dqk = (i.qk_head_dim or 128) + (i.qk_pos_emb_head_dim or 64)
+        dv, q_in, rope = i.v_head_dim or 128, i.q_lora_rank or 0, i.qk_pos_emb_head_dim or 64
+        attn = h * (q_in + i.kv_lora_rank + rope) + (q_in or h) * nh * dqk \
+            + i.kv_lora_rank * nh * ((i.qk_head_dim or 128) + dv) + nh * dv * h
+    else:
+        kv, ng = i.kv_channels, i.num_query_groups
+        attn = h * (nh * kv + 2 * ng * kv) + nh * kv * h
+    shared = i.moe_shared_expert_intermediate_size or 0
+    return {"attn": attn / i.tp + 4 * h, "router": h * i.num_moe_experts, "shared": 3 * h * shared / i.tp,
+            "experts": (i.num_moe_experts // i.ep) * 3 * h * i.moe_ffn_hidden_size / i.etp,
+            "dense_mlp": 3 * h * (i.ffn_hidden_size or 4 * h) / i.tp}
+
+
+def _activations(i: StepInputs, o: MemoryOptions, recomputed: bool) -> dict[str, float]:
+    """Bytes one layer keeps for backward per microbatch, by part (attention, MoE, dense MLP)."""
+    T = i.tokens_per_gpu
+    h, k, E, F = i.hidden_size, i.moe_router_topk, i.num_moe_experts, i.moe_ffn_hidden_size
+    if recomputed:  # full recompute: the layer input only
+        return {"attn": 2 * T * h, "moe": 0.0, "dense": 0.0, "expert_inputs": 0.0}
+    low = i.gemm_precision in ("fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "nvfp4")
+    gemm_in = 1.0 if low else 2.0  # TE saves the quantized GEMM input under FP8-class recipes
+    nh, kv, ng = i.num_attention_heads, i.kv_channels, i.num_query_groups
+    if i.multi_latent_attention:
+        qk = (i.qk_head_dim or 128) + (i.qk_pos_emb_head_dim or 64)
+        q_el, kv_el, out_el = nh * qk, nh * (qk + (i.v_head_dim or 128)), nh * (i.v_head_dim or 128)
+        up = T * ((i.q_lora_rank or 0) + i.kv_lora_rank) * 2  # latent inputs of the up projections
+    else:
+        q_el, kv_el, out_el = nh * kv, 2 * ng * kv, nh * kv
+        up = 0.0
+    mods = set(o.recompute_modules) if o.recompute_granularity == "selective" else set()
+    ln_out = 0.0 if "layernorm" in mods else T * h * gemm_in  # the norm's output, saved by the next GEMM
+    # layer input (the residual) + norm output + flash attention's q, k, v and output (the output is the
+    # projection's input too: one tensor, plus its quantized copy under FP8-class recipes)
+    # MLA with mla_up_proj recompute: the up-projected q, k, v are released after attention's forward
+    # (CheckpointWithoutOutput) and recomputed from the latents, which are kept
+    qkv = 0.0 if (i.multi_latent_attention and "mla_up_proj" in mods) else q_el + kv_el
+    attn = 2 * T * h + ln_out + 2 * T * (qkv + out_el) + (T * out_el if low else 0.0) + up
+    if i.transformer_impl == "local" and "core_attn" not in mods:
+        attn += i.micro_batch_size * (nh / i.tp) * (i.seq_length / i.cp) * i.seq_length * 2 * 2  # scores + softmax
+    else:
+        attn += T * nh * 4 * 2  # flash attention's softmax statistics (fp32)
+    # MoE: its input (residual) + norm output (router and shared-expert input) + router probabilities
+    # (fp32) + the routed copies: FC1 input, FC1 output (SwiGLU input), FC2 input, their probabilities.
+    # MCore 0.19.2 applies the probabilities in the experts' activation (experts.py permuted_probs), so
+    # the unpermute keeps no FC2 output (an index scatter)
+    expert_in = k * T * (h + F) * gemm_in
+    moe = 2 * T * h + (0.0 if "layernorm" in mods else 2 * T * h) + 4 * T * E * 2 + 4 * k * T \
+        + (0.0 if "moe_act" in mods else k * T * 2 * F * 2) + expert_in
+    shared = i.moe_shared_expert_intermediate_size or 0
+    if shared and "shared_experts" not in mods:
+        moe += T * (2 * shared * 2 + shared * gemm_in)
+    if "moe" in mods:
+        moe = 2 * T * h
+    Fd = i.ffn_hidden_size or 4 * h
+    dense = 2 * T * h if "mlp" in mods else 2 * T * h + ln_out + T * 2 * Fd * 2 + T * Fd * gemm_in
+    return {"attn": attn, "moe": moe, "dense": dense, "expert_inputs": expert_in}
+
+
+def _flex_buffers(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> float:
+    if i.ep <= 1:
+        return 0.0
+    hidden_bytes = i.hidden_size * 2  # fused_a2a.get_hidden_bytes: max(element size, 2)
+    local, domains = ep_layout(i, cluster)
+    if i.dispatcher == "deepep":
+        channels = max(1, o.deepep_num_sms // 2)
+        nvl = channels * local * 256 * hidden_bytes * 1.1  # chunked receive tokens + scales/indices
+        rdma = channels * domains * 128 * 2 * hidden_bytes * 1.1 if domains > 1 else 0.0
+        return nvl + rdma
+    if i.dispatcher == "hybridep":
+        ranks = min(domain_size(cluster), i.ep)
+        return 2 * ranks * i.tokens_per_gpu * hidden_bytes  # dispatch + combine buffers of every domain rank
+    return 0.0
+
+
+def predict_memory(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> MemoryPrediction:
+    """The peak per GPU (module docstring); ``ValueError`` for a GPU kind the catalogue lacks."""
+    if cluster.gpu not in GPU_CATALOG:
+        raise ValueError(f"GPU {cluster.gpu!r}: not in the GPU catalogue (target.gpus)")
+    per = _layer(i)
+    pp, v = i.pp, i.vpp or 1
+    layers_stage = i.num_layers / pp
+    dense_stage = min(layers_stage, i.num_dense_layers)  # dense layers come first (first stage)
+    moe_stage = layers_stage - dense_stage
+    moe_params = per["attn"] + per["router"] + per["shared"] + per["experts"]
+    dense_params = per["attn"] + per["dense_mlp"]
+    emb = i.hidden_size * i.vocab_size / i.tp
+    expert_share = per["experts"] / moe_params if moe_params else 0.0
+    dp_dense = i.dp * i.cp
+    dp_expert = max(1, i.world_size // (i.ep * i.etp * pp))
+
+    m = i.num_microbatches
+    chunk_layers = layers_stage / v
+    if pp == 1:
+        units_off = 1.0
+    elif i.vpp is None:
+        units_off = min(m, pp)
+    else:
+        units_off = min(m * v, 2 * (pp - 1) + (v - 1) * pp + 1)
+    units_on = min(m * v, units_off + 1) if (pp > 1 and i.vpp is not None) else units_off
+
+    def stage(first: bool) -> tuple[dict[str, float], dict[str, float]]:
+        layers_moe = moe_stage if first else layers_stage  # the last stage: all MoE layers
+        layers_dense = dense_stage if first else 0.0
+        mtp = 0.0 if first else i.mtp_num_layers
+        params = layers_moe * moe_params + layers_dense * dense_params + mtp * (moe_params + 2 * i.hidden_size ** 2)
+        if first or pp == 1:
+            params += emb
+        if (not first or pp == 1) and not o.tied_embeddings:
+            params += emb
+        experts = (layers_moe + mtp) * per["experts"]
+        dense_part = params - experts
+        weights = 2 * params
+        grads = (4 if o.grad_reduce_in_fp32 else 2) * params
+        state = 12 * (dense_part / dp_dense + experts / dp_expert) if o.distributed_optimizer else 12 * params
+        state *= 1 - o.optimizer_offload_fraction
+        full = o.recompute_granularity == "full"
+        n_layers = layers_moe + layers_dense + mtp
+        if full:
+            rec = n_layers if o.recompute_method != "block" else min(n_layers, (o.recompute_num_layers or 0) * v)
+        else:
+            rec = 0.0
+        a_full, a_rec = _activations(i, o, False), _activations(i, o, True)
+        moe_layer = a_full["attn"] + a_full["moe"]
+        dense_layer = a_full["attn"] + a_full["dense"]
+        frac_dense = layers_dense / n_layers if n_layers else 0.0
+        per_layer = frac_dense * dense_layer + (1 - frac_dense) * moe_layer
+        rec_layer = a_rec["attn"]
+        stored_layer = (rec * rec_layer + (n_layers - rec) * per_layer) / n_layers if n_layers else 0.0
+        # microbatches in flight: the first stage holds the warm-up, the last stage one
+        units = (units_off if first else 1.0)
+        act_off = units * stored_layer * (n_layers if pp == 1 else chunk_layers if i.vpp else n_layers)
+        if pp > 1 and i.vpp is None:
+            act_off = units * stored_layer * n_layers
+        units_o = units_on if first else 1.0
+        act_on = act_off * (units_o / units) if units else act_off
+        extra = 0.0
+        if i.ep > 1:  # parts_on: as if overlap were on (the caller picks by the config's setting)
+            extra = per_layer if not o.early_attn_release else a_full["moe"]
+            if o.delay_wgrad:
+                extra += a_full["expert_inputs"]
+        # BF16 logits kept for the loss's backward (+ its gradient, written in the forward by the fused
+        # cross entropy), an FP32 copy and its softmax without the fusion
+        per_logit = 4 if o.fused_cross_entropy else 10
+        logits = 0.0 if first and pp > 1 else i.tokens_per_gpu * i.tp * i.vocab_size / i.tp * per_logit
+        graphs = 0.0
+        # full_iteration graphs allocate the activations themselves in their pool (counted above);
+        # scoped graphs keep static input / output buffers per graphed layer and microbatch in flight
+        if o.cuda_graph_impl not in ("none", "full_iteration"):
+            scopes = max(1, len(o.cuda_graph_scope))
+            # one microbatch's worth: the graphs of all microbatches share one memory pool, captured in
+            # execution order (MCore's TE CUDA-graph helper), so static buffers are reused
+            graphs = 2 * i.tokens_per_gpu * i.hidden_size * 2 * scopes * n_layers
+        workspace = per_layer
+        base = {"parameters": weights, "gradients": grads, "optimizer": state, "logits": logits,
+                "dispatcher_buffers": _flex_buffers(i, cluster, o), "cuda_graphs": graphs, "workspace": workspace}
+        off = {**base, "activations": act_off}
+        on = {**base, "activations": act_on + extra}
+        return ({k: val / GIB for k, val in off.items()} | {"fixed": FIXED_GIB},
+                {k: val / GIB for k, val in on.items()} | {"fixed": FIXED_GIB})
+
+    first_off, first_on = stage(True)
+    name, (off, on) = "first", (first_off, first_on)
+    if pp > 1:
+        last_off, last_on = stage(False)
+        if sum(last_on.values()) > sum(first_on.values()):
+            name, (off, on) = "last", (last_off, last_on)
+    bad = [k for k, val in {**off, **on}.items() if not math.isfinite(val)]
+    if bad:
+        raise ValueError(f"memory arithmetic out of range ({', '.join(bad)})")
+    capacity = float(GPU_CATALOG[cluster.gpu].memory_gib)
+    return MemoryPrediction(gpu=cluster.gpu, capacity_gib=capacity, parts_off=off, parts_on=on, stage=name)

@@ -1,0 +1,138 @@
+"""Peak memory per GPU (``predict.memory``) and the rules that read it (``core/rules/memory.py``):
+the parts move the way Megatron-Core's memory does, the impossible configs are refused with the
+numbers, and the memory check rows (docs/prediction.md) are the computed ones. CPU only; real MB
+configs, described targets."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from types import SimpleNamespace as NS
+
+import pytest
+
+from mbridge_ep_overlap.core.engine import check_ep_overlap
+from mbridge_ep_overlap.core.errors import Severity
+from mbridge_ep_overlap.predict import Cluster, StepInputs
+from mbridge_ep_overlap.predict.memory import MemoryOptions, predict_memory
+from mbridge_ep_overlap.target.cluster import describe
+
+
+def _moe(**kw) -> StepInputs:
+    base = dict(num_layers=48, hidden_size=2048, num_attention_heads=32, num_query_groups=4, kv_channels=128,
+                seq_length=4096, micro_batch_size=1, num_moe_experts=128, moe_router_topk=8, moe_ffn_hidden_size=768,
+                vocab_size=151936, ep=16, dp=16, num_microbatches=64)
+    base.update(kw)
+    return StepInputs(**base)
+
+
+H100_16 = Cluster(gpu="h100", num_gpus=16)
+
+
+def _mem(inputs=None, cluster=H100_16, **opts):
+    return predict_memory(inputs or _moe(), cluster, MemoryOptions(**opts))
+
+
+def test_overlap_adds_one_layer_and_early_release_takes_its_attention_back():
+    m = _mem()
+    assert m.parts_on["activations"] > m.parts_off["activations"]
+    layer = m.parts_off["activations"] / 48
+    assert m.parts_on["activations"] - m.parts_off["activations"] == pytest.approx(layer, rel=1e-9)
+    early = _mem(early_attn_release=True)
+    assert m.parts_off["activations"] < early.parts_on["activations"] < m.parts_on["activations"]
+    assert _mem(delay_wgrad=True).parts_on["activations"] > m.parts_on["activations"]
+    assert {k: v for k, v in m.parts_off.items() if k != "activations"} == \
+        {k: v for k, v in m.parts_on.items() if k != "activations"}
+
+
+def test_distributed_optimizer_divides_the_state_by_the_data_parallel_groups():
+    dense_dp = _mem(_moe(ep=8), distributed_optimizer=True)  # experts: 2 replicas over 16 GPUs
+    full = _mem(_moe(ep=8), distributed_optimizer=False)
+    assert full.parts_off["optimizer"] > dense_dp.parts_off["optimizer"] > full.parts_off["optimizer"] / 16
+    assert full.parts_off["parameters"] == dense_dp.parts_off["parameters"]
+    assert _mem(grad_reduce_in_fp32=False).parts_off["gradients"] == pytest.approx(_mem().parts_off["gradients"] / 2)
+    assert _mem(optimizer_offload_fraction=1.0).parts_off["optimizer"] == 0
+
+
+def test_recompute_and_fp8_hold_fewer_activations():
+    base = _mem().parts_off["activations"]
+    assert _mem(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1).parts_off[
+        "activations"] < base / 10
+    sel = _mem(recompute_granularity="selective", recompute_modules=("moe_act", "layernorm"))
+    assert sel.parts_off["activations"] < base
+    assert _mem(_moe(gemm_precision="fp8_tensorwise")).parts_off["activations"] < base
+    # unfused (local) attention keeps the [s, s] scores: quadratic in the sequence
+    local = _mem(_moe(transformer_impl="local")).parts_off["activations"]
+    assert local > base and _mem(_moe(transformer_impl="local", seq_length=8192, num_microbatches=32)).parts_off[
+        "activations"] > 3 * local
+
+
+def test_pipeline_stages_hold_the_warmup_microbatches():
+    pp1 = _mem(_moe(dp=4, ep=4, pp=4))
+    vpp = _mem(_moe(dp=4, ep=4, pp=4, vpp=3))
+    assert pp1.stage in ("first", "last") and vpp.parts_on["activations"] > vpp.parts_off["activations"]
+    # PP 4 without VPP: 4 microbatches of a quarter of the layers on the first stage = one microbatch of all
+    one = _mem(_moe(dp=16, ep=16)).parts_off["activations"]
+    assert pp1.parts_off["activations"] == pytest.approx(one, rel=0.35)
+
+
+def test_dispatcher_buffers_only_for_the_flex_backends():
+    assert _mem().parts_off["dispatcher_buffers"] == 0
+    deepep = _mem(_moe(dispatcher="deepep")).parts_off["dispatcher_buffers"]
+    hybrid = _mem(_moe(dispatcher="hybridep")).parts_off["dispatcher_buffers"]
+    assert 0.05 < deepep < 4 and 0.05 < hybrid < 4
+    one_domain = _mem(_moe(dispatcher="deepep", dp=8, ep=8), Cluster(gpu="h100", num_gpus=8)).parts_off[
+        "dispatcher_buffers"]
+    assert one_domain < deepep  # no RDMA buffer inside one NVLink domain
+    assert _mem(cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn",)).parts_on["cuda_graphs"] > 0
+
+
+def test_lines_and_dict_say_the_totals():
+    m = _mem()
+    text = "\n".join(m.lines())
+    assert f"{m.total_off:.1f} GiB off / {m.total_on:.1f} GiB on of 80 GiB" in text
+    d = m.to_dict()
+    assert d["total_on_gib"] == m.total_on and d["capacity_gib"] == 80.0
+    assert m.total_on > m.allocated_on + m.parts_on["fixed"]
+
+
+def test_options_read_from_a_config():
+    cfg = NS(model=NS(recompute_granularity="selective", recompute_modules=["moe_act"], cuda_graph_impl="none",
+                      ep_overlap_early_attn_memory_release=True, share_embeddings_and_output_weights=False),
+             ddp=NS(use_distributed_optimizer=True, grad_reduce_in_fp32=False),
+             optimizer=NS(optimizer_cpu_offload=False), comm_overlap=NS(overlap_moe_expert_parallel_comm=True,
+                                                                        delay_wgrad_compute=True),
+             mixed_precision="bf16_mixed")
+    o = MemoryOptions.of_config(cfg)
+    assert (o.distributed_optimizer, o.grad_reduce_in_fp32, o.recompute_modules, o.overlap, o.early_attn_release,
+            o.delay_wgrad) == (True, False, ("moe_act",), True, True, True)
+
+
+# --- the rules on real configs ---------------------------------------------------------------------
+def _violations(cfg, gpu, n):
+    return {v.rule_id: v for v in check_ep_overlap(cfg, environment=describe(gpu, n, te_version="", deep_ep_version=None))}
+
+
+def test_ten_billion_experts_on_16_h100_refused_with_the_numbers(proxy_cfg):
+    proxy_cfg.model.num_moe_experts = 10**10
+    proxy_cfg.train.global_batch_size = 64
+    found = _violations(proxy_cfg, "h100", 16)
+    assert set(found) == {"fits-in-gpu-memory"}
+    v = found["fits-in-gpu-memory"]
+    assert v.severity is Severity.ERROR and "h100 has 80 GiB" in v.current
+    gib = float(v.current.split("predicted ")[1].split(" GiB")[0])
+    assert gib > 1e6 and "parameters" in v.current and "optimizer" in v.current
+
+
+def test_sequence_of_ten_million_on_2_h200_refused_with_the_numbers(proxy_cfg):
+    proxy_cfg.model.seq_length = 10**7
+    proxy_cfg.dataset.seq_length = 10**7
+    found = _violations(proxy_cfg, "h200", 2)
+    assert set(found) == {"fits-in-gpu-memory"}
+    v = found["fits-in-gpu-memory"]
+    assert "activations" in v.current and "h200 has 141 GiB" in v.current
+    assert float(v.current.split("predicted ")[1].split(" GiB")[0]) > 1e5
+
+
+def test_the_proxy_fits_and_no_memory_rule_fires(proxy_cfg):
+    assert not {"fits-in-gpu-memory", "gpu-memory-headroom"} & set(_violations(proxy_cfg, "h200", 2))

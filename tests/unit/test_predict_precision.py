@@ -1,0 +1,132 @@
+"""GEMM precision, Blackwell hardware and what the model does not represent (``predict.precision``,
+``hardware.json``, ``predict.config.unmodelled`` / ``hybrid_layers``). CPU only; MB's own
+mixed-precision table is the reference for reading recipe names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace as NS
+
+import pytest
+
+from mbridge_ep_overlap.predict import Cluster, StepInputs, predict
+from mbridge_ep_overlap.predict import precision as prec
+from mbridge_ep_overlap.predict.config import CannotPredict, for_config, hybrid_layers, unmodelled
+from mbridge_ep_overlap.predict.costs import a2a_cost, default_calibration, hardware, layer_costs
+
+HW = json.loads((Path(prec.__file__).parent / "hardware.json").read_text())
+
+
+def _moe(**kw) -> StepInputs:
+    base = dict(num_layers=8, hidden_size=4096, num_attention_heads=64, num_query_groups=4, kv_channels=128,
+                seq_length=4096, micro_batch_size=1, num_moe_experts=128, moe_router_topk=8, moe_ffn_hidden_size=1536,
+                vocab_size=151936, ep=32, dp=64, num_microbatches=16)
+    base.update(kw)
+    return StepInputs(**base)
+
+
+def _registered_names() -> list[str]:
+    from megatron.bridge.training import mixed_precision as mp
+
+    table = next(v for k, v in vars(mp).items() if isinstance(v, dict) and "bf16_mixed" in v)
+    return sorted(table)
+
+
+@pytest.mark.parametrize("name", _registered_names())
+def test_recipe_names_read_as_mb_builds_them(name):
+    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+    assert prec.of_name(name) == prec.of_fields(get_mixed_precision_config(name))
+
+
+def test_mxfp8_recipe_is_not_bf16():
+    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+    cfg = NS(mixed_precision=get_mixed_precision_config("bf16_with_mxfp8_mixed"), model=NS())
+    assert prec.of_config(cfg) == "mxfp8"
+    assert prec.of_config(NS(mixed_precision="bf16_with_fp8_subchannel_scaling_mixed", model=NS())) == "fp8_blockwise"
+    assert prec.of_config(NS(mixed_precision=None, model=NS(bf16=True, fp8="hybrid", fp8_recipe="delayed"))) == \
+        "fp8_delayed"
+    assert prec.of_config(NS(mixed_precision=None, model=NS())) is None
+
+
+def test_low_precision_gemms_run_at_their_peak_and_send_bf16():
+    gb200 = Cluster(gpu="gb200", num_gpus=64)
+    cal = default_calibration()
+    bf16, mx = _moe(), _moe(gemm_precision="mxfp8")
+    c_bf, c_mx = layer_costs(bf16, gb200, cal), layer_costs(mx, gb200, cal)
+    assert c_mx.expert_f < c_bf.expert_f and c_mx.attn_f < c_bf.attn_f
+    assert c_mx.head_f == c_bf.head_f  # the output layer stays BF16
+    # what is sent does not change: MCore 0.19.2's dispatchers send BF16 tokens
+    assert a2a_cost(mx, gb200, cal).bytes_total == a2a_cost(bf16, gb200, cal).bytes_total
+    assert a2a_cost(bf16, gb200, cal).bytes_total == bf16.tokens_per_gpu * 8 * 4096 * prec.A2A_BYTES
+    assert predict(mx, gb200).off_step_s < predict(bf16, gb200).off_step_s
+    nv = predict(_moe(gemm_precision="nvfp4"), gb200)
+    assert nv.off_step_s < predict(mx, gb200).off_step_s
+
+
+def test_blackwell_formats_refused_on_hopper_by_name():
+    with pytest.raises(ValueError, match="H100.*no mxfp8 Tensor Cores"):
+        predict(_moe(gemm_precision="mxfp8"), Cluster(gpu="h100", num_gpus=64))
+    with pytest.raises(ValueError, match="gemm_precision 'int4'"):
+        _moe(gemm_precision="int4")
+
+
+def test_blackwell_kinds_are_distinct_with_sources():
+    gpus = HW["gpus"]
+    assert {"b200", "b300", "gb200", "gb300"} <= set(gpus)
+    numbers = ("bf16_dense_tflops", "fp8_dense_tflops", "fp4_dense_tflops", "hbm_TBps", "nvlink_GBps_bidir",
+               "nic_gbit_s", "attention_speedup")
+    assert [gpus["gb300"][k] for k in numbers] != [gpus["gb200"][k] for k in numbers]
+    for key, spec in gpus.items():
+        for k in numbers:
+            if spec.get(k) not in (None, 1.0) or k != "attention_speedup":
+                assert k in spec["sources"] or k == "attention_speedup", f"{key}.{k} has no source"
+    # GB300 predicted faster than GB200 on the same MXFP8 job (faster FP8 peak, faster attention)
+    mx = _moe(gemm_precision="mxfp8")
+    assert predict(mx, Cluster(gpu="gb300", num_gpus=64)).off_step_s < predict(mx, Cluster(gpu="gb200", num_gpus=64)).off_step_s
+    for name, row in HW["precisions"].items():
+        if name in prec.LOW:
+            assert row["provisional"] is True, f"{name}: its efficiency is not measured yet"
+
+
+def test_b300_target_is_predicted():
+    cp = for_config(_cfg(), NS(gpu_name="NVIDIA B300 SXM6 AC", world_size=16, gpus_per_node=8, nvlink_domain_size=8))
+    assert cp.cluster.gpu == "b300" and cp.confidence.startswith("provisional")
+
+
+def _cfg(**model):
+    base = dict(num_layers=8, hidden_size=2048, num_attention_heads=32, num_query_groups=4, kv_channels=128,
+                seq_length=4096, num_moe_experts=128, moe_router_topk=8, moe_ffn_hidden_size=768, vocab_size=151936,
+                expert_model_parallel_size=16, moe_token_dispatcher_type="alltoall", transformer_impl="transformer_engine")
+    base.update(model)
+    return NS(model=NS(**base), train=NS(micro_batch_size=1, global_batch_size=256), ddp=NS(overlap_grad_reduce=True),
+              dataset=NS(create_attention_mask=False), mixed_precision="bf16_mixed")
+
+
+H100 = NS(gpu_name="NVIDIA H100 80GB HBM3", world_size=16, gpus_per_node=8, nvlink_domain_size=8)
+
+
+def test_hybrid_mamba_models_are_refused_with_the_reason():
+    pattern = "M-M-M-M*-M-M-M-EM-M*-"
+    with pytest.raises(CannotPredict, match=r"hybrid Mamba model .*9 Mamba, 2 attention, 1 MoE, 9 MLP.*never counted as attention"):
+        for_config(_cfg(hybrid_layer_pattern=pattern), H100)
+    assert hybrid_layers(_cfg(hybrid_override_pattern="*-*-E")) is None  # no Mamba layer: a transformer
+
+
+def test_what_is_not_modelled_is_said_and_lowers_confidence():
+    plain = for_config(_cfg(), H100)
+    assert plain.not_modelled == () and plain.confidence.startswith("validated")
+    cfg = _cfg(cuda_graph_impl="transformer_engine", cuda_graph_scope=["moe_router"], recompute_granularity="selective",
+               recompute_modules=["moe_act"], moe_shared_expert_overlap=True)
+    cp = for_config(cfg, H100)
+    text = "\n".join(cp.lines())
+    for needle in ("CUDA graphs", "selective recompute of ['moe_act']", "moe_shared_expert_overlap"):
+        assert f"not modelled        : {needle}" in text or needle in text
+    assert cp.confidence.startswith("low") and "confidence          : low" in text
+    assert len(unmodelled(cfg, cp.inputs)) == 3
+    mx = for_config(_cfg(), NS(**{**vars(H100), "gpu_name": "NVIDIA GB200", "world_size": 16}))
+    assert mx.confidence.startswith("provisional") and "gb200" in mx.confidence
+    d = cp.to_dict()
+    assert d["confidence"] == cp.confidence and len(d["not_modelled"]) == 3 and "total_on_gib" in d["memory"]
