@@ -11,6 +11,8 @@ import warnings
 
 import pytest
 
+from mbridge_ep_overlap.core.rules import RULES
+
 from mbridge_ep_overlap.tools import cli, run, slurm
 
 PROXY = "qwen3_moe_proxy on described: 2x h200: "
@@ -22,7 +24,7 @@ PLAN_ROWS = [
      ["what changed (field: old -> new, why):", "comm_overlap.overlap_moe_expert_parallel_comm: None -> True",
       "rules that fail, advise or could not be checked (", "--rules lists all", "num_microbatches: 4"],
      ["full-recompute", "  pass  "]),
-    (["--rules"], 0, PROXY + "ACCEPTED with EP overlap on", ["rules (76):", "full-recompute", "  pass  ", "  n/a  "], []),
+    (["--rules"], 0, PROXY + "ACCEPTED with EP overlap on", [f"rules ({len(RULES)}):", "full-recompute", "  pass  ", "  n/a  "], []),
     (["--num-gpus", "8", "--ep", "8"], 0,
      "qwen3_moe_proxy on described: 8x h200: ACCEPTED with EP overlap on (alltoall), but it overlaps nothing here: "
      "1 microbatch per rank per step (global_batch_size 16 / (micro_batch_size 2 x data-parallel size 8))",
