@@ -148,7 +148,7 @@ def test_watchdog_stall_names_rank_and_place_in_the_schedule(tmp_path):
     assert d.findings[0].signature.id == "progress-stalled" and not d.recognised
     text = "\n".join(d.lines())
     assert "rank 1: no iteration for 120.0 s" in text and "after iteration 7" in text
-    assert "rank 1 stack: dispatch, forward pass, backend hybridep, combined 1F1B (EP overlap)" in text
+    assert "rank 1 training thread: dispatch, forward pass, backend hybridep, combined 1F1B (EP overlap)" in text
 
 
 def test_facts_name_a_slow_path_and_whether_the_rule_passes(tmp_path):

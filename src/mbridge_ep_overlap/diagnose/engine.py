@@ -5,7 +5,7 @@ Contract
 Reads each text source once, as a stream (``sources.lines``): every line is tried against the
 signatures' patterns (one combined expression first, so a large log costs one search a line), fed to
 the iteration reader (numerics) and kept, boundedly, when it looks like a failure. Crashes are read
-with the launcher's own readers (``tools.launch.rank_crashes`` over the crash reports captured while
+with the crash readers the launcher shares (``crashes.rank_crashes`` over the crash reports captured while
 streaming); faulthandler files, facts and watchdog events per ``base.run_files``; flight-recorder
 dumps with torch's analyzer (``flight_recorder``), the diverging collective's frames placed in the
 schedule (``schedule``). Findings are ranked: specific before generic, then by confidence, then by
@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from ..tools import launch
-from . import flight_recorder, schedule
+from . import crashes, flight_recorder, schedule
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -118,7 +117,7 @@ def _owner(src: TextSource, paths: list[str], ev: Evidence) -> str | None:
 
 
 def _crash_name(src: TextSource) -> str:
-    """A name ``launch.rank_texts`` reads the rank from: torchrun's per-rank path, or the evidence file's rank."""
+    """A name ``crashes.rank_texts`` reads the rank from: torchrun's per-rank path, or the evidence file's rank."""
     if src.rank is not None and "attempt_" not in src.label:
         return f"attempt_0/{src.rank}/stderr.log"
     return src.label
@@ -133,8 +132,7 @@ def _numerics(series: IterationSeries, finding) -> None:
 def _crashes(crash_text: dict[str, str], finding) -> None:
     if not crash_text:
         return
-    crashes = launch.rank_crashes(crash_text)
-    for c in crashes:
+    for c in crashes.rank_crashes(crash_text):
         sig = "segmentation-fault" if c.signal == "SIGSEGV" else "abort-signal" if c.signal == "SIGABRT" else None
         if sig is None:
             continue
@@ -166,13 +164,33 @@ def _watchdog(ev: Evidence, finding, diagnosis: Diagnosis) -> None:
     for e in stalls:
         f.add(f"{e['where']}: rank {e.get('rank')}: no iteration for {e.get('seconds_since_progress')} s "
               f"(threshold {e.get('threshold_s')} s) after iteration {e.get('iteration')}")
+        if words := position_words(e):
+            f.detail.append(f"rank {e.get('rank')}: {words}")
     for src in ev.faulthandler:
-        text = _head(src)
-        frames = launch.faulthandler_stack(text)
+        frames = crashes.main_thread_stack(_head(src))
         if frames:
             place = schedule.place(schedule.faulthandler_frames(frames))
-            f.detail.append(f"rank {src.rank} stack: {place.words()}")
+            f.detail.append(f"rank {src.rank} training thread: {place.words()}")
             f.detail += [f"  {frame}" for frame in frames[:6]]
+
+
+# The watchdog's ``iteration`` is MB's ``train_state.step`` as ``on_train_step_end`` sees it, before MB
+# increments it (megatron/bridge/training/train.py): the 0-based index of the last completed iteration.
+# The iteration the rank is in, 1-based as MB logs it, is therefore that value + 2.
+WATCHDOG_ITERATION_OFFSET = 2
+
+
+def position_words(event: dict) -> str:
+    """'in the forward dispatch of MoE layer 4, microbatch 1, iteration 3 (not returned)' from a
+    watchdog stall event's ``moe_position``; '' when the event has none."""
+    pos = event.get("moe_position")
+    if not isinstance(pos, dict) or pos.get("op") not in ("dispatch", "combine"):
+        return ""
+    it = event.get("iteration")
+    at = f", iteration {it + WATCHDOG_ITERATION_OFFSET}" if isinstance(it, int) else ""
+    state = "returned; the rank is past it" if pos.get("done") else "not returned"
+    return (f"last entered the {pos.get('phase', 'forward')} {pos['op']} of MoE layer {pos.get('layer')}, "
+            f"microbatch {pos.get('microbatch')}{at} ({state})")
 
 
 def _head(src: TextSource, limit: int = 4 << 20) -> str:
@@ -190,12 +208,19 @@ def _flight_recorder(ev: Evidence, finding, diagnosis: Diagnosis) -> None:
             f = finding("collective-not-joined")
             f.add(f"{folder} (torch fr_trace): {m.line}")
             place = schedule.place([(fn, file, line) for fn, file, line in m.frames])
-            missing = m.missing_ranks or "none named"
+            missing = m.missing_ranks or _missing_elsewhere(result.mismatches) or "none named"
             f.detail.append(f"collective {m.collective} (group {m.fields.get('group info', '?')}), sequence number "
                             f"{m.sequence}: rank(s) {missing} did not join; the ranks that did are "
                             f"{place.words()}")
             user = [fr for fr in m.frames if "/torch/" not in fr[1]]
             f.detail += [f"  {fn} at {Path(file).name}:{line}" for fn, file, line in user[:6]]
+
+
+def _missing_elsewhere(mismatches) -> str:
+    """The ranks torch's analyzer names as missing from a later collective of the same run: the rank
+    that skipped one collective issues one fewer, so it is missing at the end, and the earlier
+    input/output mismatch is where it diverged."""
+    return next((m.missing_ranks for m in mismatches if m.missing_ranks), "")
 
 
 def _compare_runs(paths, per_path_series, ev: Evidence, finding) -> None:

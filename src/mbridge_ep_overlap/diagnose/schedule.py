@@ -8,7 +8,8 @@ dump or the flight-recorder analyzer, and returns a ``Place``. It knows MCore's 
 ``pipeline_parallel/combined_1f1b.py`` and ``models/common/model_chunk_schedule_plan.py`` (the
 schedule), ``transformer/moe/token_dispatcher.py`` (dispatch/combine per dispatcher: the class that holds
 a line is read from the installed file's syntax tree, so it follows the installed megatron-core),
-``transformer/moe/fused_a2a.py`` and ``deep_ep`` (the DeepEP / HybridEP / NCCL EP kernels). A frame
+``transformer/moe/fused_a2a.py``, ``MoELayer.dispatch`` / ``combine`` (``moe_layer.py``), the combined schedule's
+``submodule_dispatch_*`` / ``submodule_combine_*`` (``models/gpt/fine_grained_callables.py``) and ``deep_ep`` (the DeepEP / HybridEP / NCCL EP kernels). A frame
 the words do not fit leaves the field None ("not in the stack"); nothing is guessed. The layer and
 the microbatch are not in Python frames: they are said only when the evidence carries them (the
 flight recorder's sequence number counts collectives, not microbatches).
@@ -74,7 +75,9 @@ def place(frames: list[tuple[str, str, int]]) -> Place:
     saw_ep = False
     for func, file, line in frames:
         name = file.replace("\\", "/")
-        ep_file = name.endswith(("moe/token_dispatcher.py", "moe/fused_a2a.py")) or "/deep_ep/" in name
+        ep_file = (name.endswith(("moe/token_dispatcher.py", "moe/fused_a2a.py")) or "/deep_ep/" in name
+                   or name.endswith("moe/moe_layer.py") and func in ("dispatch", "combine")
+                   or name.endswith("gpt/fine_grained_callables.py") and ("dispatch" in func or "combine" in func))
         if ep_file:
             saw_ep = True
             cls = _class_at(name.rsplit("/", 1)[-1], line) if name.endswith(".py") and "/deep_ep/" not in name else None

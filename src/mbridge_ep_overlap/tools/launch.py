@@ -12,7 +12,7 @@ written). ``run_process_group`` is the part any torchrun command can use (the sm
 module with it). The child environment is ``launch_environment``'s: the NVLink-multicast-off
 variables (``MULTICAST_OFF``, the one copy, also exported by Slurm jobs) win over anything else, and
 ``PYTHONFAULTHANDLER=1`` makes a native crash print each rank's Python stack. ``rank_crashes(logs)``
-reads that back from a run's log tree - faulthandler's "Fatal Python error: Segmentation fault" and
+(owned by ``diagnose.crashes``, imported here) reads that back from a run's log tree - faulthandler's "Fatal Python error: Segmentation fault" and
 "Current thread ..." frames in a rank's ``stderr.log``, torchrun's "exitcode : -11" summary - and
 ``Run.describe_failure()`` reports a rank killed by a signal as "crashed (SIGSEGV) in rank N" with
 those frames. ``kill_launched()`` ends the process trees this process started and has not reaped
@@ -34,6 +34,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..diagnose.crashes import (FATAL_ERRORS, SELF_INFLICTED, RankCrash, crash_report, faulthandler_stack,  # noqa: F401 - the launcher's readers, owned by diagnose
+                                 rank_crashes, rank_texts)
+
 def _repo_root() -> Path:
     """The checkout holding scripts/run_script.py (the cwd of a GPU run, or this source tree)."""
     for candidate in (Path.cwd(), *Path(__file__).resolve().parents):
@@ -45,13 +48,6 @@ def _repo_root() -> Path:
 LOG_ROOT = Path(os.environ.get("EP_OVERLAP_LOG_DIR", "out/functional"))
 # NVLink multicast off: on shared hosts a program that uses it can take the GPUs out of service.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-_SIGNALS = {int(s): s.name for s in signal.Signals}
-# faulthandler's "Fatal Python error: <what>" for the signals it handles, as signal names.
-FATAL_ERRORS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
-                "Floating-point exception": "SIGFPE", "Floating point exception": "SIGFPE",
-                "Illegal instruction": "SIGILL"}
-# Signals a rank dies of on its own; SIGTERM / SIGKILL are what torchrun (or our timeout) sends the others.
-SELF_INFLICTED = {"SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL"}
 
 _live: dict[int, subprocess.Popen] = {}  # process-group id -> launcher process, while it runs
 _live_lock = threading.Lock()
@@ -67,97 +63,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-# ---- reading a run's logs back -------------------------------------------------------------------
-@dataclass
-class RankCrash:
-    """One rank that died of a signal: which, and the Python frames faulthandler printed."""
-
-    rank: str
-    signal: str
-    stack: list[str] = field(default_factory=list)
-    """faulthandler's frames of the crashing thread, innermost first ('File "...", line N in f')."""
-    log: str = ""
-
-    def where(self) -> str:
-        m = re.match(r'File "([^"]+)", line (\d+) in (\S+)', self.stack[0]) if self.stack else None
-        return f" at {Path(m.group(1)).name}:{m.group(2)} in {m.group(3)}" if m else ""
-
-
-_RANK_DIR = re.compile(r"(?:^|/)attempt_\d+/(\d+)/(stdout|stderr)\.log$")
-_PREFIX = re.compile(r"^\[(?:default|rank)(\d+)\]:", re.M)
-
-
-def rank_texts(logs: dict[str, str]) -> dict[str, str]:
-    """rank -> everything that rank wrote (stdout then stderr), from torchrun's per-rank files
-    (``<log-dir>/<run>/attempt_N/<local rank>/std{out,err}.log``); without them, from the
-    ``[defaultN]:`` prefixed lines torchrun tees into its own output."""
-    out: dict[str, list[str]] = {}
-    for name in sorted(logs, key=lambda n: (n.endswith("stderr.log"), n)):
-        m = _RANK_DIR.search(name.replace(os.sep, "/"))
-        if m:
-            out.setdefault(m.group(1), []).append(logs[name])
-    if out:
-        return {rank: "\n".join(parts) for rank, parts in sorted(out.items(), key=lambda kv: int(kv[0]))}
-    lines: dict[str, list[str]] = {}
-    for text in logs.values():
-        for line in text.splitlines():
-            m = _PREFIX.match(line)
-            if m:
-                lines.setdefault(m.group(1), []).append(line[m.end():])
-    return {rank: "\n".join(v) for rank, v in sorted(lines.items(), key=lambda kv: int(kv[0]))}
-
-
-def faulthandler_stack(text: str, start: int = 0) -> list[str]:
-    """The frames of the crashing thread's block faulthandler printed after ``start`` ("Current
-    thread ..." with all threads dumped, "Stack ..." with one; else the first "Thread ..." block)."""
-    frames = r"[^\n]*\(most recent call first\):\n((?:[ \t]+[^\n]*\n?)*)"
-    block = (re.search(rf"^(?:Current thread|Stack){frames}", text[start:], re.M)
-             or re.search(rf"^Thread{frames}", text[start:], re.M))
-    if not block:
-        return []
-    return [line.strip() for line in block.group(1).splitlines() if line.strip().startswith("File ")]
-
-
-def _torchrun_exitcodes(text: str) -> dict[str, int]:
-    """rank -> exit code from torchrun's failure summary ("rank : 0 (local_rank: 0)" / "exitcode : -11")."""
-    codes = {}
-    for m in re.finditer(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", text):
-        codes[m.group(1)] = int(m.group(2))
-    return codes
-
-
-def rank_crashes(logs: dict[str, str]) -> list[RankCrash]:
-    """Every rank that died of a signal, the rank that crashed first by itself listed first:
-    faulthandler's report in the rank's own output, else torchrun's exit code. Ranks torchrun (or a
-    timeout) terminated afterwards (SIGTERM, SIGKILL) come last."""
-    found: dict[str, RankCrash] = {}
-    for rank, text in rank_texts(logs).items():
-        m = re.search(r"^Fatal Python error: ([^\n]+?)\s*$", text, re.M)
-        if m:
-            what = m.group(1)
-            name = next((sig for msg, sig in FATAL_ERRORS.items() if what.startswith(msg)), what)
-            found[rank] = RankCrash(rank, name, faulthandler_stack(text, m.end()))
-    for text in logs.values():
-        for rank, code in _torchrun_exitcodes(text).items():
-            if code < 0 and rank not in found:
-                found[rank] = RankCrash(rank, _SIGNALS.get(-code, f"signal {-code}"))
-    return sorted(found.values(), key=lambda c: (c.signal not in SELF_INFLICTED, not c.stack, int(c.rank)))
-
-
-def crash_report(crashes: list[RankCrash], frames: int = 12) -> str:
-    """'crashed (SIGSEGV) in rank 0 at x.py:3 in f' plus each crashed rank's faulthandler frames."""
-    if not crashes:
-        return ""
-    first = crashes[0]
-    lines = [f"crashed ({first.signal}) in rank {first.rank}{first.where()}"
-             + "".join(f"; rank {c.rank}: {c.signal}" for c in crashes[1:])]
-    for c in crashes:
-        if c.stack:
-            lines.append(f"  Python stack of rank {c.rank} (faulthandler, most recent call first):")
-            lines += [f"    {frame}" for frame in c.stack[:frames]]
-    return "\n".join(lines)
 
 
 # ---- running a torchrun process group -----------------------------------------------------------

@@ -1,0 +1,84 @@
+"""diagnose on the failures recorded on a GPU node (tests/unit/fixtures/recorded): each is named with
+the rank at fault and the step of the schedule the evidence carries, checked against the
+``injected-fault.json`` the fault injector wrote (diagnose never reads it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mbridge_ep_overlap.diagnose import diagnose
+
+RECORDED = Path(__file__).parent / "fixtures" / "recorded"
+
+
+def truth(case: str) -> dict:
+    return json.loads((RECORDED / case / "injected-fault.json").read_text())
+
+
+def finding(d, sig_id: str):
+    found = {f.signature.id: f for f in d.findings}
+    assert sig_id in found, [f.signature.id for f in d.findings]
+    return found[sig_id]
+
+
+def detail(f) -> str:
+    return "\n".join(f.detail)
+
+
+def test_hang_names_the_rank_that_skipped_the_combine_and_the_step():
+    t = truth("hang")
+    d = diagnose([str(RECORDED / "hang")])
+    assert d.exit_code == 1
+    assert d.findings[0].signature.id == "collective-not-joined"
+    text = detail(d.findings[0])
+    # the first diverging collective: the other rank issued the forward combine, rank 1 did not
+    assert f"rank(s) {{{t['rank']}}} did not join; the ranks that did are {t['where']}, {t['phase']} pass" in text
+    stalled = detail(finding(d, "progress-stalled"))
+    assert f"microbatch {t['microbatch']}, iteration {t['step']}" in stalled
+    # the main (training) thread's stack is read, not the watchdog thread's
+    assert "training thread: dispatch, forward pass" in stalled
+    assert "watchdog.py" not in stalled
+
+
+def test_stall_names_rank_1_in_the_dispatch_of_layer_1():
+    t = truth("stall")
+    d = diagnose([str(RECORDED / "stall")])
+    assert d.findings[0].signature.id == "collective-not-joined"
+    assert f"rank(s) {{{t['rank']}}} did not join" in detail(d.findings[0])
+    stalled = detail(finding(d, "progress-stalled"))
+    assert (f"rank {t['rank']}: last entered the {t['phase']} {t['where']} of MoE layer {t['layer']}, "
+            f"microbatch {t['microbatch']}, iteration {t['step']} (not returned)") in stalled
+    other = 1 - t["rank"]
+    assert f"rank {other}: last entered the forward dispatch of MoE layer {t['layer']}," not in stalled
+
+
+def test_crash_names_sigsegv_in_rank_0_in_a_dispatch():
+    t = truth("crash")
+    d = diagnose([str(RECORDED / "crash")])
+    f = finding(d, "segmentation-fault")
+    first = next(line for line in f.detail if line.startswith("rank "))
+    assert first.startswith(f"rank {t['rank']}: SIGSEGV")
+    assert f"; {t['where']}, {t['phase']} pass" in first
+
+
+def test_nccl_timeout_says_what_the_evidence_lacks():
+    d = diagnose([str(RECORDED / "nccl_timeout")])
+    assert d.exit_code == 1
+    assert "nccl-watchdog-timeout" in {f.signature.id for f in d.findings}
+    assert not any("flight recorder" in r for r in d.read)  # no dump was written: none is claimed
+
+
+def test_no_gain_is_one_microbatch_per_rank_from_the_facts():
+    d = diagnose([str(RECORDED / "no_gain")])
+    assert d.findings[0].signature.id == "one-microbatch-per-rank"
+    assert d.findings[0].rule_passes is False
+
+
+@pytest.mark.parametrize("case", ["hang", "stall", "nan"])
+def test_watchdog_position_is_read_for_every_rank(case):
+    d = diagnose([str(RECORDED / case)])
+    stalled = detail(finding(d, "progress-stalled"))
+    assert "rank 0: last entered" in stalled and "rank 1: last entered" in stalled
