@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 
 from . import gpus
@@ -123,14 +126,43 @@ def cudnn_pair() -> tuple[str | None, str | None, str | None]:
         return ours, None, None
 
 
+# Read in a child process while this one has not initialised CUDA: CUDA_DEVICE_MAX_CONNECTIONS (and the
+# other variables of cfg.env_vars) take effect only if set before the CUDA context exists, and MB applies
+# cfg.env_vars in pretrain(), after the probe that judges them (measured on 1x H200, 2026-12-01: with the
+# probe reading get_device_properties in-process, CUDA was initialised before MB applied cfg.env_vars).
+_GPU_FACTS_CHILD = (
+    "import json, torch\n"
+    "p = torch.cuda.get_device_properties(0)\n"
+    "print(json.dumps([p.name, p.major, p.minor, torch.cuda.device_count()]))\n"
+)
+
+
+def gpu_facts(torch) -> tuple[str | None, tuple[int, int] | None, int | None]:
+    """GPU 0's name, compute capability and the visible GPU count - without initialising CUDA here.
+
+    ``torch.cuda.is_available()`` and ``device_count()`` do not initialise CUDA; the device's properties
+    would, so they come from a child process unless this process has initialised CUDA already.
+    """
+    if not torch.cuda.is_available():
+        return None, None, None
+    if torch.cuda.is_initialized():
+        props = torch.cuda.get_device_properties(0)
+        return props.name, (props.major, props.minor), torch.cuda.device_count()
+    try:
+        out = subprocess.run([sys.executable, "-c", _GPU_FACTS_CHILD], capture_output=True, text=True, timeout=120,
+                             check=True).stdout.strip().splitlines()[-1]
+        name, major, minor, count = json.loads(out)
+        return str(name), (int(major), int(minor)), int(count)
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError) as e:
+        raise RuntimeError(f"reading GPU 0's properties in a child process failed ({e}); "
+                           "CUDA is left uninitialised here so that cfg.env_vars can still take effect") from None
+
+
 @functools.lru_cache(maxsize=1)
 def _static() -> dict:
     import torch
 
-    gpu_name = cc = per_node = None
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        gpu_name, cc, per_node = props.name, (props.major, props.minor), torch.cuda.device_count()
+    gpu_name, cc, per_node = gpu_facts(torch)
     catalog = gpus.match(gpu_name)
     info = deep_ep_info() if cc is not None else DeepEPInfo("")
     health = None
