@@ -43,6 +43,11 @@ def main(argv: list[str]) -> int:
     record: dict = {"rank": rank, "variable": VARIABLE, "launcher": os.environ.get(VARIABLE),
                     "cfg_env_vars": None, "at_apply": None, "at_cuda_init": None, "exit": None}
     path = out / f"env_in_force-rank{rank}.json"
+    # A rank that re-executed itself with cfg.env_vars exported (tools.run.reexec_if_env_too_late) keeps
+    # the first process's launcher value and records what the new process started with.
+    if os.environ.get("EP_OVERLAP_ENV_REEXEC") and path.exists():
+        record["launcher"] = json.loads(path.read_text()).get("launcher")
+        record["reexecuted_with"] = os.environ.get(VARIABLE)
 
     def save() -> None:
         path.write_text(json.dumps(record, indent=1) + "\n")

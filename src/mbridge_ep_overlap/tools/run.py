@@ -165,6 +165,38 @@ def train(args: argparse.Namespace) -> int:
         counter.uninstall()
 
 
+REEXEC_MARK = "EP_OVERLAP_ENV_REEXEC"
+"""Set in a rank that re-executed itself with ``cfg.env_vars`` exported (so it never loops)."""
+
+
+def env_too_late(env_vars: dict, environ, cuda_initialized: bool) -> dict[str, str]:
+    """The ``cfg.env_vars`` entries this process would get too late: those MB's ``setdefault`` would add
+    (the launcher did not export them) once CUDA is already initialised here - CUDA reads
+    ``CUDA_DEVICE_MAX_CONNECTIONS`` when its context is created, so MB's ``pretrain()`` applying it
+    afterwards changes nothing. Empty when nothing is late, or after a re-execution."""
+    if not cuda_initialized or environ.get(REEXEC_MARK):
+        return {}
+    from ..core.values import env_value  # start-up speed: the training path only
+
+    return {str(k): env_value(v) for k, v in (env_vars or {}).items() if str(k) not in environ}
+
+
+def reexec_if_env_too_late(cfg) -> None:
+    """Re-execute this rank with the late ``cfg.env_vars`` exported, so they are in force before CUDA starts
+    (importing Megatron initialises CUDA in this process before MB could apply them; measured on 1x H200,
+    2026-12-01). The same PID and arguments; torchrun sees one worker."""
+    import torch
+
+    late = env_too_late(getattr(cfg, "env_vars", None) or {}, os.environ, torch.cuda.is_initialized())
+    if not late:
+        return
+    print(f"run_script.py: CUDA was initialised before cfg.env_vars could apply ({', '.join(sorted(late))}); "
+          "re-executing this rank with them exported so they are in force", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os.environ.update({**late, REEXEC_MARK: "1"})
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
 def _train(args: argparse.Namespace, out: Path, summary: str | None, counter, step) -> int:
     from megatron.bridge.training.pretrain import pretrain
 
@@ -178,6 +210,7 @@ def _train(args: argparse.Namespace, out: Path, summary: str | None, counter, st
     if built.plan is not None and int(os.environ.get("RANK", "0")) == 0:
         print(built.plan.to_table(), flush=True)
     require_gpus()  # after the plan: a refused config is reported (exit 1) on any machine
+    reexec_if_env_too_late(built.cfg)
     callbacks = evidence_callbacks(args, out, built.cfg, stderr=crash_stream())  # before pretrain()
     release_stderr()  # training's own logs stream from here
     name = built.recipe.name.replace(":", ".")
