@@ -26,7 +26,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
   --platform any -d "$DEST" "${PKGS[@]}"
 # PuLP (imported, never solved with, by nvidia-modelopt) bundles 36 MB of CBC solver binaries for
-# every OS; drop them (and their RECORD lines) so the carried tree stays under the 64 MiB limit.
+# every OS; drop them (and their RECORD lines) to keep the copied tree small.
 python3 - "$DEST"/[Pp]u[Ll][Pp]-*.whl <<'PY'
 import sys, zipfile, os
 path = sys.argv[1]

@@ -1,7 +1,7 @@
 """DEMONSTRATION ONLY - trains with the configuration our rules refuse, to show the upstream bug.
 
 This launcher exists only to demonstrate, on GPUs, the Megatron-Bridge 0.6.2 bug behind rule
-``packed-sequences-forward-step`` (issue 13): MB's stock ``gpt_step.forward_step``, on MCore's
+``packed-sequences-forward-step``: MB's stock ``gpt_step.forward_step``, on MCore's
 combined-1F1B (EP-overlap) schedule, builds the schedule plan without the ``packed_seq_params`` it
 builds for the normal path, so with packed (THD) data attention silently crosses document
 boundaries. Never use it to train.

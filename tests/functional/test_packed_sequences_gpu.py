@@ -1,4 +1,4 @@
-"""Packed (THD) sequences under EP overlap on two GPUs (issue 13): the loss-level proof.
+"""Packed (THD) sequences under EP overlap on two GPUs: the loss-level proof.
 
 Three torchrun runs of ``qwen3_moe_proxy_packed`` (the TE proxy on synthetic packed rows of 2048
 tokens, documents of 16..512 tokens; EP = DP = 2, micro_batch_size 1, 4 microbatches per rank, same

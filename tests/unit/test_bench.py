@@ -121,12 +121,12 @@ def test_shape_label_from_finalized_fields():
     assert shape_label({}) == "-"
 
 
-# ---- issue 16: share of the possible gain, idle, memory and compute deltas, the summary line -----
+# ---- share of the possible gain, idle, memory and compute deltas, the summary line -----
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_share_of_gain_recomputed_for_the_stop10_evidence(tmp_path):
-    """bench --report recomputes the new columns from old results.json files: the stop-10 throttled
+    """bench --report recomputes the new columns from old results.json files: the 2026-11-30 long-seq throttled
     high-priority row reaches (4.496 - 3.371) / (4.496 - 2.772) = 65% of the possible gain."""
     from mbridge_ep_overlap.tools.bench import report, summary_line
 

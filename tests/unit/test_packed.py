@@ -1,4 +1,4 @@
-"""Packed (THD) sequences under EP overlap (issue 13), on CPU with the real Megatron-Bridge code.
+"""Packed (THD) sequences under EP overlap, on CPU with the real Megatron-Bridge code.
 
 * ``recipes.packed``'s synthetic dataset yields what MB 0.6.2's ``get_batch_from_iterator`` /
   ``get_packed_seq_params`` turn into THD ``PackedSeqParams``, deterministically, with distinct

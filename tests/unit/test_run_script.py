@@ -40,7 +40,7 @@ TABLE = [
      {"overlap_moe_expert_parallel_comm": "True", "expert_model_parallel_size": "16"}),
     (["--recipe", "qwen3_moe_proxy", "--a2a-priority", "high"],
      {"overlap_moe_expert_parallel_comm": "True", "high_priority_a2a_comm_stream": "True"}),
-    (["--recipe", "qwen3_moe_proxy"], {"high_priority_a2a_comm_stream": "True"}),  # the default (issue 16)
+    (["--recipe", "qwen3_moe_proxy"], {"high_priority_a2a_comm_stream": "True"}),  # the default
     (["--recipe", "qwen3_moe_proxy", "--a2a-priority", "default"], {"high_priority_a2a_comm_stream": "False"}),
     (["--recipe", "qwen3_30b_a3b", "--ep-overlap", "off"], {"overlap_moe_expert_parallel_comm": "False"}),
     (["--recipe", "deepseek_v3", "--ep-overlap", "off"], {"overlap_moe_expert_parallel_comm": "False"}),

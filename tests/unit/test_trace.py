@@ -61,7 +61,7 @@ def test_no_all_to_all_kernel_means_no_hidden_fraction():
     assert e.a2a_s == 0 and e.hidden_fraction is None
 
 
-# ---- issue 16: idle time, the window's breakdown, the overlapped span and what lies outside ----
+# ---- idle time, the window's breakdown, the overlapped span and what lies outside ----
 A2A = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
 ADAM = "void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor<float>>(...)"
 

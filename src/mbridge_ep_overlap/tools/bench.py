@@ -163,7 +163,7 @@ def share_of_gain(off_s: float | None, variant_s: float | None, ideal_s: float |
 
 
 def idle_per_step(profile: dict | None) -> tuple[float | None, bool]:
-    """(idle seconds per step, estimated). Profiles from ``trace.analyze`` since issue 16 carry
+    """(idle seconds per step, estimated). Profiles from ``trace.analyze`` since the idle-time breakdown was added carry
     ``idle_step_s``; for older ones the union of all kernels is bounded from above by
     compute + comm - hidden, so window - that is a lower bound (off by at most the other
     collectives' time, ``comm_s - a2a_s``)."""

@@ -36,7 +36,7 @@ class VariantResult:
     speedup: float | None = None
     parity: str = ""
     finalized: dict = field(default_factory=dict)
-    # issue 16 (absent from older results.json: ``compare_to_baseline`` recomputes them)
+    # idle-time breakdown (absent from older results.json: ``compare_to_baseline`` recomputes them)
     run: str = ""
     """The bench output folder the row was measured in."""
     run_s: float | None = None
@@ -49,7 +49,7 @@ class VariantResult:
     """The same with the ideal of the off run's profile (no contention added by overlap)."""
     idle_step_s: float | None = None
     idle_estimated: bool = False
-    """True: from a profile without ``idle_step_s`` (before issue 16): a lower bound."""
+    """True: from a profile without ``idle_step_s`` (before the idle-time breakdown): a lower bound."""
     peak_vs_off: float | None = None
     compute_vs_off_s: float | None = None
     """Compute time per step added against off (kernel union; SM / memory contention)."""

@@ -17,7 +17,7 @@ intervals per class and report
   then the dispatcher's kernels are unknown to ``classify`` and the fraction would be meaningless);
 * ``ideal_step_s`` = max(compute, a2a) per iteration beside ``measured_step_s``.
 
-Where the step went (added for issue 16; every value per iteration, seconds):
+Where the step went (every value per iteration, seconds):
 
 * ``busy_s`` (union of all kernels, whole window) and ``idle_step_s`` = window minus that union,
   per iteration: time no kernel ran (CPU launch gaps, host syncs, the step boundary, profiler).
@@ -135,7 +135,7 @@ class OverlapEfficiency:
     hidden_fraction: float | None  # None: no all-to-all kernel recognized in the window
     ideal_step_s: float
     measured_step_s: float
-    # issue 16: where the step went (defaults keep old call sites and old results valid)
+    # where the step went (defaults keep old call sites and old results valid)
     busy_s: float | None = None
     idle_step_s: float | None = None
     breakdown_step_s: dict | None = None
