@@ -88,7 +88,7 @@ def test_blackwell_kinds_are_distinct_with_sources():
     assert predict(mx, Cluster(gpu="gb300", num_gpus=64)).off_step_s < predict(mx, Cluster(gpu="gb200", num_gpus=64)).off_step_s
     for name, row in HW["precisions"].items():
         if name in prec.LOW:
-            assert row["provisional"] is True, f"{name}: its efficiency is not measured yet"
+            assert row["provisional"] is ("measured" not in row), f"{name}: provisional exactly when not measured"
 
 
 def test_b300_target_is_predicted():
@@ -130,3 +130,20 @@ def test_what_is_not_modelled_is_said_and_lowers_confidence():
     assert mx.confidence.startswith("provisional") and "gb200" in mx.confidence
     d = cp.to_dict()
     assert d["confidence"] == cp.confidence and len(d["not_modelled"]) == 3 and "total_on_gib" in d["memory"]
+
+
+def test_measured_fp8_efficiencies_are_the_ones_the_evidence_gives():
+    """The FP8 rows' relative_efficiency re-derived from the 2026-12-01 1x H200 GEMM measurements."""
+    evidence = Path(__file__).parents[2] / "docs/evidence/2026-12-01-h200x1-predict/gemm.json"
+    rows = [r for r in json.loads(evidence.read_text())["rows"] if r["status"] == "ok"]
+    key = lambda r: (r["model"], r["op"], r["direction"])  # noqa: E731
+    bf16 = {key(r): r["seconds"] for r in rows if r["precision"] == "bf16"}
+    h200 = HW["gpus"]["h200"]
+    measured = [name for name, row in HW["precisions"].items() if isinstance(row, dict) and "measured" in row]
+    assert sorted(measured) == ["fp8_blockwise", "fp8_delayed", "fp8_tensorwise"]
+    for name in measured:
+        mine = [r for r in rows if r["precision"] == name]
+        assert len(mine) == 24 and all(key(r) in bf16 for r in mine)
+        speedup = sum(bf16[key(r)] for r in mine) / sum(r["seconds"] for r in mine)
+        derived = speedup * h200["bf16_dense_tflops"] / h200["fp8_dense_tflops"]
+        assert HW["precisions"][name]["relative_efficiency"] == pytest.approx(derived, abs=0.0005), name

@@ -4,8 +4,10 @@ rule and ``plan --predict`` read.
 Contract
 --------
 ``predict_memory(inputs, cluster, options) -> MemoryPrediction``: bytes on the most loaded pipeline
-stage (the first stage holds the most microbatches in flight and the embedding; the last holds the
-output layer, the logits and the MTP layers; the larger of the two is the peak), split into parts:
+stage, every stage computed from its own layers (``model.pipeline_model_parallel_layout`` as MCore
+reads it, else an even split with the dense layers first), its own warm-up microbatches per model
+chunk (``_in_flight``), the embedding on the first stage and the output layer, logits and MTP layers
+on the last; split into parts:
 
 * ``parameters`` - BF16 weights of the stage's layers (attention and dense parts / TP, experts /
   (EP x ETP), router replicated), ``gradients`` - the DDP main-grad buffer (FP32 when
@@ -40,6 +42,7 @@ GPU's memory (``target.gpus``). ``lines()`` is what ``plan`` prints. Every numbe
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -73,6 +76,7 @@ class MemoryOptions:
     tied_embeddings: bool = False
     deepep_num_sms: int = 20
     fused_cross_entropy: bool = False
+    pipeline_layout: str | None = None  # model.pipeline_model_parallel_layout (MCore's string form)
 
     @classmethod
     def of_config(cls, cfg: Any) -> "MemoryOptions":
@@ -100,8 +104,16 @@ class MemoryOptions:
             delay_wgrad=bool(get(co, "delay_wgrad_compute") or get(model, "delay_wgrad_compute")),
             tied_embeddings=bool(get(model, "share_embeddings_and_output_weights")),
             fused_cross_entropy=bool(get(model, "cross_entropy_loss_fusion")),
+            pipeline_layout=_layout_text(get(model, "pipeline_model_parallel_layout")),
             deepep_num_sms=int(get(model, "moe_flex_num_sms", None) or get(model, "moe_deepep_num_sms", None) or 20),
         )
+
+
+def _layout_text(layout: Any) -> str | None:
+    """The layout string of a ``pipeline_model_parallel_layout`` (a string, or MCore's object keeping
+    the string it was built from in ``input_data``); None when absent or given as a list."""
+    text = getattr(layout, "input_data", layout)
+    return text if isinstance(text, str) and text else None
 
 
 @dataclass(frozen=True)
@@ -222,40 +234,100 @@ def _flex_buffers(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> float:
     return 0.0
 
 
+_UNROLL = (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)")  # MCore's PipelineParallelLayerLayout.parse_str_to_list
+
+
+def layout_chunks(layout: str, pp: int) -> list[list[str]]:
+    """``pipeline_model_parallel_layout`` as MCore 0.19.2 reads it: per pipeline rank, its model chunks
+    in virtual-stage order, each a string of E (embedding), t (decoder layer), m (MTP), L (loss).
+    ``ValueError`` when the stages do not divide by ``pp``."""
+    text = layout.replace(",", "")
+    for pattern in _UNROLL:
+        text = re.sub(pattern, lambda x: x.group(1) * int(x.group(2)), text)
+    stages = text.split("|")
+    if len(stages) % pp or any(set(c) - set("EtmL") for c in stages):
+        raise ValueError(f"pipeline_model_parallel_layout {layout!r}: {len(stages)} stages for PP {pp}, "
+                         "or a character other than E, t, m, L")
+    v = len(stages) // pp
+    return [[stages[k * pp + r] for k in range(v)] for r in range(pp)]
+
+
+def _even_chunks(i: StepInputs) -> list[list[tuple[float, float, float]]]:
+    """Without a layout: the decoder layers split evenly over the pp x vpp chunks (dense layers first),
+    the embedding on the first chunk, MTP on the last: per rank, per chunk (dense, MoE, MTP) layers."""
+    pp, v = i.pp, i.vpp or 1
+    per = i.num_layers / (pp * v)
+    out = [[(0.0, 0.0, 0.0)] * v for _ in range(pp)]
+    for c in range(pp * v):
+        lo, hi = c * per, (c + 1) * per
+        dense = max(0.0, min(hi, i.num_dense_layers) - lo)
+        mtp = float(i.mtp_num_layers) if c == pp * v - 1 else 0.0
+        out[c % pp][c // pp] = (dense, per - dense, mtp)
+    return out
+
+
+def _chunks(i: StepInputs, layout: str | None) -> list[list[tuple[float, float, float]]]:
+    if not layout:
+        return _even_chunks(i)
+    seen, out = 0, []
+    grid = layout_chunks(layout, i.pp)
+    order = sorted(((k, r) for r in range(i.pp) for k in range(len(grid[r]))))  # layer order: chunk by chunk
+    counts: dict[tuple[int, int], tuple[float, float, float]] = {}
+    for k, r in order:
+        text = grid[r][k]
+        n = text.count("t")
+        dense = max(0, min(seen + n, i.num_dense_layers) - seen)
+        counts[(r, k)] = (float(dense), float(n - dense), float(text.count("m")))
+        seen += n
+    for r in range(i.pp):
+        out.append([counts[(r, k)] for k in range(len(grid[r]))])
+    return out
+
+
+def _in_flight(i: StepInputs, rank: int, v: int, overlap: bool) -> list[int]:
+    """How many microbatches of each model chunk ``rank`` holds at its peak: the 1F1B warm-up's
+    forwards plus the first steady-state one (MCore ``schedules.py``: ``(pp - rank - 1) * 2 +
+    (vpp - 1) * pp`` warm-up forwards interleaved, ``pp - rank`` without VPP, microbatch groups of
+    ``pp`` per chunk); combined 1F1B with VPP warms up one chunk more."""
+    pp, m = i.pp, i.num_microbatches
+    if pp == 1:
+        return [1] * v
+    if v == 1:
+        return [min(m, pp - rank)]
+    total = min(m * v, (pp - rank - 1) * 2 + (v - 1) * pp + 1 + (1 if overlap else 0))
+    held = [0] * v
+    for f in range(total):
+        held[(f // pp) % v] += 1
+    return held
+
+
 def predict_memory(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> MemoryPrediction:
     """The peak per GPU (module docstring); ``ValueError`` for a GPU kind the catalogue lacks."""
     if cluster.gpu not in GPU_CATALOG:
         raise ValueError(f"GPU {cluster.gpu!r}: not in the GPU catalogue (target.gpus)")
     per = _layer(i)
-    pp, v = i.pp, i.vpp or 1
-    layers_stage = i.num_layers / pp
-    dense_stage = min(layers_stage, i.num_dense_layers)  # dense layers come first (first stage)
-    moe_stage = layers_stage - dense_stage
+    pp = i.pp
     moe_params = per["attn"] + per["router"] + per["shared"] + per["experts"]
     dense_params = per["attn"] + per["dense_mlp"]
     emb = i.hidden_size * i.vocab_size / i.tp
-    expert_share = per["experts"] / moe_params if moe_params else 0.0
     dp_dense = i.dp * i.cp
     dp_expert = max(1, i.world_size // (i.ep * i.etp * pp))
+    chunks = _chunks(i, o.pipeline_layout)
+    v = len(chunks[0])
+    a_full, a_rec = _activations(i, o, False), _activations(i, o, True)
+    moe_layer = a_full["attn"] + a_full["moe"]
+    dense_layer = a_full["attn"] + a_full["dense"]
 
-    m = i.num_microbatches
-    chunk_layers = layers_stage / v
-    if pp == 1:
-        units_off = 1.0
-    elif i.vpp is None:
-        units_off = min(m, pp)
-    else:
-        units_off = min(m * v, 2 * (pp - 1) + (v - 1) * pp + 1)
-    units_on = min(m * v, units_off + 1) if (pp > 1 and i.vpp is not None) else units_off
-
-    def stage(first: bool) -> tuple[dict[str, float], dict[str, float]]:
-        layers_moe = moe_stage if first else layers_stage  # the last stage: all MoE layers
-        layers_dense = dense_stage if first else 0.0
-        mtp = 0.0 if first else i.mtp_num_layers
+    def stage(rank: int) -> tuple[dict[str, float], dict[str, float]]:
+        first, last = rank == 0, rank == pp - 1
+        mine = chunks[rank]
+        layers_dense = sum(c[0] for c in mine)
+        layers_moe = sum(c[1] for c in mine)
+        mtp = sum(c[2] for c in mine)
         params = layers_moe * moe_params + layers_dense * dense_params + mtp * (moe_params + 2 * i.hidden_size ** 2)
-        if first or pp == 1:
+        if first:
             params += emb
-        if (not first or pp == 1) and not o.tied_embeddings:
+        if last and not o.tied_embeddings:
             params += emb
         experts = (layers_moe + mtp) * per["experts"]
         dense_part = params - experts
@@ -263,26 +335,19 @@ def predict_memory(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> MemoryP
         grads = (4 if o.grad_reduce_in_fp32 else 2) * params
         state = 12 * (dense_part / dp_dense + experts / dp_expert) if o.distributed_optimizer else 12 * params
         state *= 1 - o.optimizer_offload_fraction
-        full = o.recompute_granularity == "full"
         n_layers = layers_moe + layers_dense + mtp
-        if full:
+        rec = 0.0
+        if o.recompute_granularity == "full":
             rec = n_layers if o.recompute_method != "block" else min(n_layers, (o.recompute_num_layers or 0) * v)
-        else:
-            rec = 0.0
-        a_full, a_rec = _activations(i, o, False), _activations(i, o, True)
-        moe_layer = a_full["attn"] + a_full["moe"]
-        dense_layer = a_full["attn"] + a_full["dense"]
-        frac_dense = layers_dense / n_layers if n_layers else 0.0
-        per_layer = frac_dense * dense_layer + (1 - frac_dense) * moe_layer
-        rec_layer = a_rec["attn"]
-        stored_layer = (rec * rec_layer + (n_layers - rec) * per_layer) / n_layers if n_layers else 0.0
-        # microbatches in flight: the first stage holds the warm-up, the last stage one
-        units = (units_off if first else 1.0)
-        act_off = units * stored_layer * (n_layers if pp == 1 else chunk_layers if i.vpp else n_layers)
-        if pp > 1 and i.vpp is None:
-            act_off = units * stored_layer * n_layers
-        units_o = units_on if first else 1.0
-        act_on = act_off * (units_o / units) if units else act_off
+        rec_share = rec / n_layers if n_layers else 0.0
+
+        def chunk_bytes(c: tuple[float, float, float]) -> float:
+            full = c[0] * dense_layer + (c[1] + c[2]) * moe_layer
+            return (1 - rec_share) * full + rec_share * sum(c) * a_rec["attn"]
+
+        act_off = sum(n * chunk_bytes(c) for n, c in zip(_in_flight(i, rank, v, False), mine))
+        act_on = sum(n * chunk_bytes(c) for n, c in zip(_in_flight(i, rank, v, True), mine))
+        per_layer = (layers_dense * dense_layer + (layers_moe + mtp) * moe_layer) / n_layers if n_layers else 0.0
         extra = 0.0
         if i.ep > 1:  # parts_on: as if overlap were on (the caller picks by the config's setting)
             extra = per_layer if not o.early_attn_release else a_full["moe"]
@@ -291,7 +356,7 @@ def predict_memory(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> MemoryP
         # BF16 logits kept for the loss's backward (+ its gradient, written in the forward by the fused
         # cross entropy), an FP32 copy and its softmax without the fusion
         per_logit = 4 if o.fused_cross_entropy else 10
-        logits = 0.0 if first and pp > 1 else i.tokens_per_gpu * i.tp * i.vocab_size / i.tp * per_logit
+        logits = i.tokens_per_gpu * i.vocab_size * per_logit if last else 0.0
         graphs = 0.0
         # full_iteration graphs allocate the activations themselves in their pool (counted above);
         # scoped graphs keep static input / output buffers per graphed layer and microbatch in flight
@@ -300,20 +365,17 @@ def predict_memory(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> MemoryP
             # one microbatch's worth: the graphs of all microbatches share one memory pool, captured in
             # execution order (MCore's TE CUDA-graph helper), so static buffers are reused
             graphs = 2 * i.tokens_per_gpu * i.hidden_size * 2 * scopes * n_layers
-        workspace = per_layer
         base = {"parameters": weights, "gradients": grads, "optimizer": state, "logits": logits,
-                "dispatcher_buffers": _flex_buffers(i, cluster, o), "cuda_graphs": graphs, "workspace": workspace}
+                "dispatcher_buffers": _flex_buffers(i, cluster, o), "cuda_graphs": graphs, "workspace": per_layer}
         off = {**base, "activations": act_off}
         on = {**base, "activations": act_on + extra}
         return ({k: val / GIB for k, val in off.items()} | {"fixed": FIXED_GIB},
                 {k: val / GIB for k, val in on.items()} | {"fixed": FIXED_GIB})
 
-    first_off, first_on = stage(True)
-    name, (off, on) = "first", (first_off, first_on)
-    if pp > 1:
-        last_off, last_on = stage(False)
-        if sum(last_on.values()) > sum(first_on.values()):
-            name, (off, on) = "last", (last_off, last_on)
+    stages = [stage(r) for r in range(pp)]
+    peak = max(range(pp), key=lambda r: sum(stages[r][1].values()))
+    off, on = stages[peak]
+    name = "first" if peak == 0 else "last" if peak == pp - 1 else f"{peak + 1} of {pp}"
     bad = [k for k, val in {**off, **on}.items() if not math.isfinite(val)]
     if bad:
         raise ValueError(f"memory arithmetic out of range ({', '.join(bad)})")
