@@ -54,6 +54,11 @@ GIB = 2 ** 30
 FIXED_GIB = 2.0  # assumed: CUDA context + cuBLAS workspace + NCCL buffers per GPU
 FRAGMENTATION = 0.05  # assumed: caching-allocator reserve above the allocated peak
 NEAR = 0.90  # the advice threshold: predicted above this share of the GPU's memory
+MODEL_ERROR = 0.25
+"""How far above the GPU's memory a prediction must be before it refuses: the model's error bound. Checked
+against measured peaks (docs/prediction.md, 2026-12-01, 1x H200) it was within +5% on the TE stack and up
+to +17% on the local stack, and the CUDA-graph buffers of large recipes are an unmeasured estimate; a
+prediction within this margin over the memory is advice, not a refusal (NVIDIA's own recipes run there)."""
 SELECTIVE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj")
 
 

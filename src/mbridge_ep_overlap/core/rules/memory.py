@@ -6,13 +6,14 @@ optimizer state as configured, activations of the microbatches in flight (with w
 adds when it is on), dispatcher buffers, CUDA-graph buffers, a fixed per-GPU overhead and the
 allocator's reserve. ``fits-in-gpu-memory`` refuses a config predicted over the GPU's memory (MB and
 MCore accept it and the job dies of CUDA out-of-memory at its first step, or cannot even allocate
-its parameters); ``gpu-memory-headroom`` advises above ``NEAR`` of it. Where no prediction can be
+its parameters) by more than the model's error bound (``MODEL_ERROR``); ``gpu-memory-headroom``
+advises above ``NEAR`` of it, and over it within that bound. Where no prediction can be
 made they are "not checked".
 """
 
 from __future__ import annotations
 
-from ...predict.memory import NEAR
+from ...predict.memory import MODEL_ERROR, NEAR
 from ..errors import Severity
 from ..facts import Facts
 from .base import Family, When, rule
@@ -34,7 +35,7 @@ def _current(f: Facts) -> str:
 
 
 @family("fits-in-gpu-memory", When.ALWAYS, "train.micro_batch_size",
-        required="predicted peak memory per GPU <= the GPU's memory",
+        required=f"predicted peak memory per GPU <= the GPU's memory + {MODEL_ERROR:.0%} (the model's error bound)",
         needs=lambda f: f.memory is not None, current=_current)
 def fits_in_gpu_memory(f: Facts) -> bool:
     """the config is predicted not to fit in GPU memory: the job would fail with CUDA out of memory.
@@ -43,20 +44,20 @@ def fits_in_gpu_memory(f: Facts) -> bool:
     activations (smaller micro batch or sequence, recompute), or use a GPU with more memory; the
     prediction's parts (plan --predict) say which one dominates.
     """
-    return _total(f) <= f.memory.capacity_gib
+    return _total(f) <= (1 + MODEL_ERROR) * f.memory.capacity_gib
 
 
 @family("gpu-memory-headroom", When.ALWAYS, "train.micro_batch_size", severity=Severity.ADVICE,
         required=f"predicted peak memory per GPU <= {NEAR:.0%} of the GPU's memory",
         needs=lambda f: f.memory is not None, current=_current)
 def gpu_memory_headroom(f: Facts) -> bool:
-    """the config is predicted close to the GPU's memory: little headroom for fragmentation or imbalanced routing.
+    """the config is predicted close to, or within the model's error over, the GPU's memory: little headroom.
 
     Fix: keep the predicted peak below 90% of the GPU's memory (smaller micro batch, recompute, more
     parallelism), or check the real peak with mbridge-ep-overlap bench before a long run.
     """
     total = _total(f)
-    return total > f.memory.capacity_gib or total <= NEAR * f.memory.capacity_gib
+    return total > (1 + MODEL_ERROR) * f.memory.capacity_gib or total <= NEAR * f.memory.capacity_gib
 
 
 RULES = family.rules
