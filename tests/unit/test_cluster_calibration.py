@@ -137,3 +137,16 @@ def test_calibrate_bad_results_and_unusable_rows_are_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and "no overlap-off row" in err[1] and "--gpu" in err[2]
     assert not (tmp_path / "c.json").exists()
+
+
+def test_rows_of_a_throttled_link_or_another_variant_are_not_used(tmp_path, capsys):
+    from mbridge_ep_overlap.tools.calibrate_command import measured_rows
+
+    res = _results(tmp_path, [_row(0, SHAPES[0], "off"), _row(1, SHAPES[1], "off")])
+    data = json.loads(res.read_text())
+    data[1]["link"] = "throttled"
+    data.append(dict(data[0], variant="overlap+delay_wgrad"))
+    res.write_text(json.dumps(data))
+    assert [r.id for r in measured_rows([str(res)])] == [f"{res}#1"]
+    err = capsys.readouterr().err
+    assert f"not used: {res}#2 (off, link throttled" in err and f"{res}#3 (overlap+delay_wgrad" in err

@@ -5,7 +5,8 @@ on the cluster described by ``--gpu`` / ``--num-gpus`` (and ``--gpus-per-node`` 
 when they differ from the GPU kind's), fits the compute efficiencies and the all-to-all bandwidth inside
 the NVLink domain from the overlap-off rows (``predict.cluster_calibration``) and writes the calibration
 file ``-o FILE`` that ``plan --predict --calibration FILE`` uses. Rows of other variants than ``off`` and
-``overlap`` (and failed rows) are not used, each named on stderr. stdout: what was fitted, from what, what
+``overlap``, rows measured on another link than the machine as it is (bench's ``nvlink``; ``throttled``
+is NCCL through host memory) and failed rows are not used, each named on stderr. stdout: what was fitted, from what, what
 was not, and every used row's predicted / measured step after the fit. Exit 0 written; 2 for bad usage,
 an unreadable results file, rows the fit cannot use (one line); nothing is written then.
 """
@@ -43,8 +44,9 @@ def measured_rows(paths: list[str]):
     for path in paths:
         for i, r in enumerate(load_results(Path(path)), 1):
             rid = f"{path}#{i}"
-            if not r.ok or r.median_s is None or r.variant not in USED_VARIANTS:
-                print(f"calibrate: not used: {rid} ({r.variant}, {'ok' if r.ok else 'failed'})", file=sys.stderr)
+            if not r.ok or r.median_s is None or r.variant not in USED_VARIANTS or r.link != "nvlink":
+                print(f"calibrate: not used: {rid} ({r.variant}, link {r.link}, {'ok' if r.ok else 'failed'})",
+                      file=sys.stderr)
                 continue
             rows.append(MeasuredRow(id=rid, variant=r.variant, median_s=r.median_s, finalized=dict(r.finalized),
                                     profile=r.overlap_efficiency))
@@ -81,13 +83,11 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def judged_with(path: str | None, spec, *, predict: bool | None, all_rules: bool):
-    """``plan_report.judge`` (``plan``), with the calibration file ``path`` in use when given; the report says so (a line
+def judged_with(path: str, spec, *, predict: bool | None, all_rules: bool):
+    """``plan_report.judge`` (``plan --calibration``) with the calibration file ``path`` in use; the report says so (a line
     after the verdict; ``"calibration"`` in the JSON). A file that is not a calibration is bad usage."""
     from ..predict.cluster_calibration import ClusterCalibration, in_use  # start-up: the model only when used
 
-    if path is None:
-        return judge(spec, predict=predict, all_rules=all_rules)
     if predict is False:
         raise UsageError("--calibration", path, "with --predict (a calibration is for the step-time prediction)",
                          "unused")

@@ -27,6 +27,7 @@ from typing import Any
 
 from .flags import add_spec_arguments, spec_from_args
 from .calibrate_command import judged_with
+from .plan_report import judge
 
 DEFAULT_RECIPE = "qwen3_moe_proxy"
 
@@ -60,6 +61,8 @@ def strict_json(value: Any) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
-    outcome = judged_with(args.calibration, spec_from_args(args), predict=args.predict, all_rules=args.rules)
+    spec = spec_from_args(args)
+    outcome = (judge(spec, predict=args.predict, all_rules=args.rules) if getattr(args, "calibration", None) is None
+               else judged_with(args.calibration, spec, predict=args.predict, all_rules=args.rules))
     print(json.dumps(strict_json(outcome.data), indent=2, allow_nan=False) if args.json else "\n".join(outcome.lines))
     return outcome.code
