@@ -8,6 +8,7 @@ Contract
   (``tools.plan_command``). Exit 0 accepted, 1 refused (every violation printed).
 * ``recipes``: the registered recipes.
 * ``bench`` / ``verify-log``: the evidence tools (``tools.bench``, ``tools.logs``).
+* ``calibrate``: refit the step-time model's cluster inputs from measured rows (``tools.calibrate_command``).
 * ``diagnose``: the cause of a failed or slow run from what it left behind (``tools.diagnose_command``).
 ``-v`` (before or after the command; or ``EP_OVERLAP_VERBOSE=1``): the libraries' warnings as they wrote
 them, instead of import noise in one line and the warnings about the config in a section of their own
@@ -41,7 +42,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import bench, diagnose_command, logs, plan_command
+    from . import bench, calibrate_command, diagnose_command, logs, plan_command
 
     p = OneLineArgumentParser(prog="mbridge-ep-overlap", description=__doc__.split("\n")[0])
     p.add_argument("-v", "--verbose", action="store_true", dest="verbose_all",
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_parser(sub)
     logs.add_parser(sub)
     diagnose_command.add_parser(sub)
+    calibrate_command.add_parser(sub)
     return p
 
 

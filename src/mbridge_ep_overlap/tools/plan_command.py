@@ -7,7 +7,8 @@ only the target's hardware and version gates simulated. Output (``tools.plan_rep
 warnings on stderr): the verdict, what changed and why, the rules that fail, advise or could not be
 checked (every rule with ``--rules``), the finalized fields and - with ``--predict``, the default
 when the target spans more than one node - the predicted step time with overlap off and on for the finalized config (``predict.config``;
-which inputs were defaults is said), or all of it as JSON with ``--json`` (``"prediction"``: the
+which inputs were defaults is said; ``--calibration FILE``: with that cluster calibration,
+named in the report and in the JSON's ``"calibration"``), or all of it as JSON with ``--json`` (``"prediction"``: the
 prediction, ``{"error": why}`` when none can be made, null when not asked; stdout then carries the
 JSON alone, Megatron's log lines go to stderr). The JSON is strict (RFC 8259): a non-finite number
 that reaches it - a config value such as ``inf`` shown in a violation - is written as the string
@@ -25,6 +26,7 @@ import sys
 from typing import Any
 
 from .flags import add_spec_arguments, spec_from_args
+from .calibrate_command import judged_with
 from .plan_report import judge
 
 DEFAULT_RECIPE = "qwen3_moe_proxy"
@@ -37,6 +39,7 @@ def add_parser(sub) -> None:
     p.add_argument("--predict", action=argparse.BooleanOptionalAction, default=None,
                    help="predicted step time with overlap off and on (docs/prediction.md); "
                         "default: on when the target has more than one node")
+    p.add_argument("--calibration", metavar="FILE", help="predict with this cluster calibration (written by calibrate)")
     p.add_argument("--rules", action="store_true",
                    help="every rule of the table (default: only those that fail, advise or could not be checked)")
     p.set_defaults(handler=main)
@@ -58,6 +61,8 @@ def strict_json(value: Any) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
-    outcome = judge(spec_from_args(args), predict=args.predict, all_rules=args.rules)
+    spec = spec_from_args(args)
+    outcome = (judge(spec, predict=args.predict, all_rules=args.rules) if getattr(args, "calibration", None) is None
+               else judged_with(args.calibration, spec, predict=args.predict, all_rules=args.rules))
     print(json.dumps(strict_json(outcome.data), indent=2, allow_nan=False) if args.json else "\n".join(outcome.lines))
     return outcome.code
