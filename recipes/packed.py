@@ -1,4 +1,4 @@
-"""The TE proxy on packed (THD) sequences from a synthetic packed dataset (issue 13; needs TE).
+"""The TE proxy on packed (THD) sequences from a synthetic packed dataset (needs TE).
 
 ``qwen3_moe_proxy_packed()`` is ``proxy.qwen3_moe_proxy_te()`` (TE attention: THD attention needs
 Transformer Engine, MCore's local ``DotProductAttention`` refuses packed sequences) fed by

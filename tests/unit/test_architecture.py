@@ -101,7 +101,7 @@ def test_commands_that_need_no_megatron_import_neither_torch_nor_megatron(argv):
 
 
 def test_bench_report_imports_neither_torch_nor_megatron(tmp_path):
-    folder = Path(__file__).resolve().parents[2] / "docs" / "evidence" / "bench-2xh200-stop10"
+    folder = Path(__file__).resolve().parents[2] / "docs" / "evidence" / "2026-11-30-h200x2-bench-long-seq"
     result = _python(f"""
         import sys
         from mbridge_ep_overlap.tools.cli import main

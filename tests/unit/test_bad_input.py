@@ -86,7 +86,7 @@ def test_bench_report_compares_each_shape_with_its_own_baseline(tmp_path):
     give each row the speedup of its own run, not the last 'off' of its link."""
     from mbridge_ep_overlap.tools.bench import report
 
-    rows = report([REPO / "docs/evidence/bench-2xh200-stop10"], tmp_path / "m", "t")
+    rows = report([REPO / "docs/evidence/2026-11-30-h200x2-bench-long-seq"], tmp_path / "m", "t")
     hiprio = [r for r in rows if r.variant == "overlap:hiprio" and r.link == "throttled"]
     assert round(hiprio[0].speedup, 3) == 1.334 and hiprio[0].parity == "match"
     assert all(r.parity in ("baseline", "match") for r in rows if r.ok)

@@ -130,7 +130,7 @@ def test_share_of_gain_recomputed_for_the_stop10_evidence(tmp_path):
     high-priority row reaches (4.496 - 3.371) / (4.496 - 2.772) = 65% of the possible gain."""
     from mbridge_ep_overlap.tools.bench import report, summary_line
 
-    rows = report([REPO / "docs/evidence/bench-2xh200-stop10"], tmp_path / "m", "t")
+    rows = report([REPO / "docs/evidence/2026-11-30-h200x2-bench-long-seq"], tmp_path / "m", "t")
     hiprio = [r for r in rows if r.variant == "overlap:hiprio" and r.link == "throttled"]
     assert hiprio[0].share_of_gain == pytest.approx((4.496305 - 3.371048) / (4.496305 - 2.772429), abs=1e-4)
     assert hiprio[0].share_of_gain == pytest.approx(0.653, abs=1e-3)
@@ -144,7 +144,7 @@ def test_share_of_gain_recomputed_for_the_stop10_evidence(tmp_path):
     assert all(r.share_of_gain is None for r in off)
     line = summary_line(rows)
     assert line.startswith("Best share of the possible gain: 65% (overlap:hiprio, throttled, h2048 attn32x128 ffn3072")
-    assert "bench-2xh200-stop10" in line and "60% against the off run's ideal" in line
+    assert "2026-11-30-h200x2-bench-long-seq" in line and "60% against the off run's ideal" in line
     md = (tmp_path / "m" / "benchmarks.md").read_text()
     assert "| 65% (60%) | match |" in md and ">=0.201" in md and line in md
 
@@ -373,7 +373,7 @@ def test_bench_out_that_cannot_be_a_folder(kind, tmp_path, monkeypatch, capsys):
     assert code == 2 and len(err.strip().splitlines()) == 1 and "File exists" not in err, err
     assert f"unusable --out '{out}'" in err and why in err, err
     assert launched == []
-    code = main(["bench", "--report", str(REPO / "docs/evidence/bench-2xh200-stop10"), "--out", str(out)])
+    code = main(["bench", "--report", str(REPO / "docs/evidence/2026-11-30-h200x2-bench-long-seq"), "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and why in err and len(err.strip().splitlines()) == 1, err
 

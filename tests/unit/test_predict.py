@@ -26,9 +26,9 @@ from mbridge_ep_overlap.predict.schedule import COMM, COMP, K_A2A, K_COMP, K_HOS
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "src" / "mbridge_ep_overlap" / "predict"
-EVIDENCE = [ROOT / "docs/evidence/bench-2xh200/results.json", ROOT / "docs/evidence/bench-2xh200/results32.json",
-            ROOT / "docs/evidence/bench-2xh200-stop9/results.json",
-            ROOT / "docs/evidence/bench-2xh200-stop10/results.json"]
+EVIDENCE = [ROOT / "docs/evidence/2026-11-30-h200x2-bench/results.json", ROOT / "docs/evidence/2026-11-30-h200x2-bench/results32.json",
+            ROOT / "docs/evidence/2026-11-30-h200x2-bench-flex/results.json",
+            ROOT / "docs/evidence/2026-11-30-h200x2-bench-long-seq/results.json"]
 DOC = ROOT / "docs" / "prediction.md"
 
 
@@ -320,7 +320,7 @@ def test_advice_thresholds_quote_the_numbers():
 
 
 def test_from_summary_reads_a_bench_row(rows):
-    r = next(r for r in rows if r.id == "bench-2xh200-stop10/results.json#2")
+    r = next(r for r in rows if r.id == "2026-11-30-h200x2-bench-long-seq/results.json#2")
     i = cal_mod.bench_inputs(r)
     assert (i.hidden_size, i.num_attention_heads, i.kv_channels, i.num_query_groups) == (2048, 32, 128, 4)
     assert (i.seq_length, i.micro_batch_size, i.num_microbatches, i.ep, i.dp) == (4096, 2, 16, 2, 2)
@@ -410,7 +410,7 @@ def test_more_microbatches_hide_more():
 
 def test_high_priority_stream_is_never_slower():
     for link in ("throttled", "nvlink"):
-        row = cal_mod.BenchRow("x", "bench-2xh200-stop9", 0, link, "overlap", 1.0, None,
+        row = cal_mod.BenchRow("x", "2026-11-30-h200x2-bench-flex", 0, link, "overlap", 1.0, None,
                                {"hidden_size": 2048, "moe_ffn_hidden_size": 1536, "moe_router_topk": 8,
                                 "seq_length": 512, "micro_batch_size": 16, "global_batch_size": 512,
                                 "expert_model_parallel_size": 2}, None)
@@ -431,8 +431,8 @@ def test_interleaved_pipeline_warmup_follows_mcore():
 def test_long_attention_hides_more_than_short(rows):
     """The bench's finding: combines hide behind the other microbatch's attention."""
     cal = default_calibration()
-    short = next(r for r in rows if r.id == "bench-2xh200/results.json#1")
-    long_ = next(r for r in rows if r.id == "bench-2xh200-stop10/results.json#2")
+    short = next(r for r in rows if r.id == "2026-11-30-h200x2-bench/results.json#1")
+    long_ = next(r for r in rows if r.id == "2026-11-30-h200x2-bench-long-seq/results.json#2")
     hs = cal_mod.predicted_for(short, cal).hidden_fraction
     hl = cal_mod.predicted_for(long_, cal).hidden_fraction
     assert hl > hs + 0.3

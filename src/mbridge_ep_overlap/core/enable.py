@@ -63,7 +63,7 @@ from .sizes import positive_int
 RESOLVE_MODES = ("error", "auto")
 EP_FLAGS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
 KEPT = "kept: the recipe's"
-# Issue 16: in every paired measurement on 2x H200 the high-priority stream was at least as fast
+# In every paired measurement on 2x H200 the high-priority stream was at least as fast
 # (throttled link: +1 to +14%; NVLink: +1%; docs/benchmarks.md), and NVIDIA's perf recipes set it.
 HIGH_PRIORITY_DEFAULT = ("default: high-priority all-to-all stream (never slower in the paired 2x H200 "
                          "measurements, docs/benchmarks.md; high_priority_a2a=False turns it off)")

@@ -58,23 +58,23 @@ PROXY_RECIPE: dict[str, Any] = {
 PROXY_GPUS = 2
 # Folders whose rows lack the shape fields: the overrides of the run (its benchmarks.md header).
 EVIDENCE_SHAPES: dict[str, dict[str, Any]] = {
-    "bench-2xh200": {"hidden_size": 2048, "moe_ffn_hidden_size": 1536, "moe_router_topk": 8, "num_attention_heads": 16},
+    "2026-11-30-h200x2-bench": {"hidden_size": 2048, "moe_ffn_hidden_size": 1536, "moe_router_topk": 8, "num_attention_heads": 16},
 }
-# The rows the shipped calibration was fitted on: the comm-bound shape of the stop-8 run
-# (16 microbatches) and the long-seq shape with expert FFN 3072 of the stop-10 run. Every other
+# The rows the shipped calibration was fitted on: the comm-bound shape of the 2026-11-30 first 2x H200 run
+# (16 microbatches) and the long-seq shape with expert FFN 3072 of the 2026-11-30 long-seq run. Every other
 # shape (balanced, long-seq FFN 1536) is validation only.
 DEFAULT_CALIBRATION_IDS: tuple[str, ...] = (
-    "bench-2xh200/results.json#0",  # comm-bound, throttled, off
-    "bench-2xh200/results.json#1",  # comm-bound, throttled, overlap
-    "bench-2xh200/results.json#3",  # comm-bound, nvlink, off
-    "bench-2xh200/results.json#4",  # comm-bound, nvlink, overlap
-    "bench-2xh200-stop10/results.json#0",  # long-seq ffn3072, throttled, off
-    "bench-2xh200-stop10/results.json#2",  # long-seq ffn3072, throttled, overlap
-    "bench-2xh200-stop10/results.json#3",  # long-seq ffn3072, throttled, off (repeat)
-    "bench-2xh200-stop10/results.json#4",  # long-seq ffn3072, throttled, overlap (repeat)
-    "bench-2xh200-stop10/results.json#6",  # long-seq ffn3072, nvlink, off
-    "bench-2xh200-stop10/results.json#7",  # long-seq ffn3072, nvlink, overlap
-    "bench-2xh200-stop10/results.json#10",  # long-seq ffn3072, nvlink, deepep (DeepEP's dispatch stall)
+    "2026-11-30-h200x2-bench/results.json#0",  # comm-bound, throttled, off
+    "2026-11-30-h200x2-bench/results.json#1",  # comm-bound, throttled, overlap
+    "2026-11-30-h200x2-bench/results.json#3",  # comm-bound, nvlink, off
+    "2026-11-30-h200x2-bench/results.json#4",  # comm-bound, nvlink, overlap
+    "2026-11-30-h200x2-bench-long-seq/results.json#0",  # long-seq ffn3072, throttled, off
+    "2026-11-30-h200x2-bench-long-seq/results.json#2",  # long-seq ffn3072, throttled, overlap
+    "2026-11-30-h200x2-bench-long-seq/results.json#3",  # long-seq ffn3072, throttled, off (repeat)
+    "2026-11-30-h200x2-bench-long-seq/results.json#4",  # long-seq ffn3072, throttled, overlap (repeat)
+    "2026-11-30-h200x2-bench-long-seq/results.json#6",  # long-seq ffn3072, nvlink, off
+    "2026-11-30-h200x2-bench-long-seq/results.json#7",  # long-seq ffn3072, nvlink, overlap
+    "2026-11-30-h200x2-bench-long-seq/results.json#10",  # long-seq ffn3072, nvlink, deepep (DeepEP's dispatch stall)
 )
 VARIANT_DISPATCHER = {"off": "alltoall", "overlap": "alltoall", "overlap:hiprio": "alltoall",
                       "deepep": "deepep", "hybridep": "hybridep"}
