@@ -8,6 +8,7 @@ Contract
   (``tools.plan_command``). Exit 0 accepted, 1 refused (every violation printed).
 * ``recipes``: the registered recipes.
 * ``bench`` / ``verify-log``: the evidence tools (``tools.bench``, ``tools.logs``).
+* ``rule ID`` / ``rule --list``: a rule's reference text, as ``docs/rules.md`` has it (``tools.rule_command``).
 ``-v`` (before or after the command; or ``EP_OVERLAP_VERBOSE=1``): the libraries' warnings as they wrote
 them, instead of import noise in one line and the warnings about the config in a section of their own
 (``tools.upstream_warnings``).
@@ -40,7 +41,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import bench, logs, plan_command
+    from . import bench, logs, plan_command, rule_command
 
     p = OneLineArgumentParser(prog="mbridge-ep-overlap", description=__doc__.split("\n")[0])
     p.add_argument("-v", "--verbose", action="store_true", dest="verbose_all",
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan_command.add_parser(sub)
     bench.add_parser(sub)
     logs.add_parser(sub)
+    rule_command.add_parser(sub)
     return p
 
 
