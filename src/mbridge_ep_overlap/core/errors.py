@@ -42,11 +42,14 @@ class Violation:
     message: str
     fix: str
     upstream: str = ""
+    more: str = ""
+    """Where the rule's whole text can be read (empty for a check that is not a rule of the table)."""
 
     def line(self) -> str:
         return (
             f"[{self.severity.value}] {self.rule_id}: {self.message} "
             f"(field {self.field} = {self.current!r}; required: {self.required}). Fix: {self.fix}"
+            + (f". More: {self.more}" if self.more else "")
         )
 
     def to_dict(self) -> dict:

@@ -10,6 +10,7 @@ Contract
 * ``bench`` / ``verify-log``: the evidence tools (``tools.bench``, ``tools.logs``).
 * ``calibrate``: refit the step-time model's cluster inputs from measured rows (``tools.calibrate_command``).
 * ``diagnose``: the cause of a failed or slow run from what it left behind (``tools.diagnose_command``).
+* ``rule ID`` / ``rule --list``: a rule's reference text, as ``docs/rules.md`` has it (``tools.rule_command``).
 ``-v`` (before or after the command; or ``EP_OVERLAP_VERBOSE=1``): the libraries' warnings as they wrote
 them, instead of import noise in one line and the warnings about the config in a section of their own
 (``tools.upstream_warnings``).
@@ -42,7 +43,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import bench, calibrate_command, diagnose_command, logs, plan_command
+    from . import bench, calibrate_command, diagnose_command, logs, plan_command, rule_command
 
     p = OneLineArgumentParser(prog="mbridge-ep-overlap", description=__doc__.split("\n")[0])
     p.add_argument("-v", "--verbose", action="store_true", dest="verbose_all",
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_parser(sub)
     diagnose_command.add_parser(sub)
     calibrate_command.add_parser(sub)
+    rule_command.add_parser(sub)
     return p
 
 

@@ -69,6 +69,24 @@ class Upstream(enum.Enum):
     MB_FLEX = "megatron-bridge 0.6.2 validate_flex_dispatcher_backend"
     MB_FINALIZE = "megatron-bridge 0.6.2 ConfigContainer finalize / validate"
 
+    @property
+    def source(self) -> tuple[str, str] | None:
+        """Where the check lives in the installed package: (path under site-packages, qualified name)."""
+        return _UPSTREAM_SOURCES.get(self.name)
+
+
+_UPSTREAM_SOURCES: dict[str, tuple[str, str]] = {
+    "MCORE": ("megatron/core/transformer/transformer_config.py", "TransformerConfig.__post_init__"),
+    "MB_SETUP": ("megatron/bridge/training/comm_overlap.py", "CommOverlapConfig.setup"),
+    "MB_FLEX": ("megatron/bridge/training/flex_dispatcher_backend.py", "validate_flex_dispatcher_backend"),
+    "MB_FINALIZE": ("megatron/bridge/training/config.py", "ConfigContainer.validate"),
+}
+
+
+def reference(rule_id: str) -> str:
+    """Where a user reads the whole text of a rule: the ``rule`` command and the generated page."""
+    return f"mbridge-ep-overlap rule {rule_id} or docs/rules.md#{rule_id}"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Rule:
@@ -103,7 +121,8 @@ class Rule:
 
     def violation(self, facts: Facts) -> Violation:
         return Violation(rule_id=self.id, severity=self.severity, field=self.field, current=self.value(facts),
-                         required=self.required, message=self.message, fix=self.fix, upstream=self.upstream.value)
+                         required=self.required, message=self.message, fix=self.fix, upstream=self.upstream.value,
+                         more=reference(self.id))
 
 
 class rule:  # noqa: N801 - used as a decorator, like pylint's and ruff's rule registrations
@@ -143,7 +162,11 @@ def _message_and_fix(check: Callable) -> tuple[str, str]:
 
 # ---- predicates and fixes shared by several families -------------------------------------------
 def set_to(path: str, value: Any) -> Fix:
-    return lambda facts: [(path, value)]
+    def edit(facts: Facts) -> list[tuple[str, Any]]:
+        return [(path, value)]
+
+    edit.__doc__ = f"sets {path} = {value!r}"  # the rule reference shows it
+    return edit
 
 
 def version_at_least(version: str | None, minimum: str) -> bool:
