@@ -67,6 +67,8 @@ class MemoryOptions:
     """What memory depends on beyond ``StepInputs`` (read from the config by ``of_config``)."""
 
     distributed_optimizer: bool = True
+    megatron_fsdp: bool = False
+    """Megatron-FSDP (``ddp.use_megatron_fsdp``): parameters and gradients sharded like the optimizer state."""
     grad_reduce_in_fp32: bool = True
     optimizer_offload_fraction: float = 0.0
     recompute_granularity: str | None = None
@@ -97,7 +99,9 @@ class MemoryOptions:
         modules = get(model, "recompute_modules") or ()
         overlap = bool(get(co, "overlap_moe_expert_parallel_comm") or get(model, "overlap_moe_expert_parallel_comm"))
         return cls(
-            distributed_optimizer=bool(get(ddp, "use_distributed_optimizer", get(opt, "use_distributed_optimizer", False))),
+            distributed_optimizer=bool(get(ddp, "use_distributed_optimizer", get(opt, "use_distributed_optimizer", False))
+                                       or get(ddp, "use_megatron_fsdp", False)),
+            megatron_fsdp=bool(get(ddp, "use_megatron_fsdp", False) or get(cfg, "use_megatron_fsdp", False)),
             grad_reduce_in_fp32=bool(grad32),
             optimizer_offload_fraction=float(get(opt, "optimizer_offload_fraction", 0.0) or 0.0)
             if get(opt, "optimizer_cpu_offload", False) else 0.0,
@@ -338,6 +342,9 @@ def predict_memory(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> MemoryP
         dense_part = params - experts
         weights = 2 * params
         grads = (4 if o.grad_reduce_in_fp32 else 2) * params
+        if o.megatron_fsdp:  # sharded over the data-parallel groups (dense over DP x CP, experts over expert DP)
+            shard = dense_part / dp_dense + experts / dp_expert
+            weights, grads = 2 * shard, (4 if o.grad_reduce_in_fp32 else 2) * shard
         state = 12 * (dense_part / dp_dense + experts / dp_expert) if o.distributed_optimizer else 12 * params
         state *= 1 - o.optimizer_offload_fraction
         n_layers = layers_moe + layers_dense + mtp

@@ -12,8 +12,6 @@ import argparse
 import difflib
 
 from ..core.errors import UsageError
-from ..core.rules import RULES, RULES_BY_ID
-from .rule_docs import rule_text
 
 
 def add_parser(sub) -> None:
@@ -24,6 +22,10 @@ def add_parser(sub) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    # start-up speed: the rule table (and the prediction code a rule reads) loads only when the command runs
+    from ..core.rules import RULES, RULES_BY_ID
+    from .rule_docs import rule_text
+
     if args.list and args.rule_id is not None:
         raise UsageError("rule ID", args.rule_id, "an ID or --list, not both", "invalid")
     if not args.list and args.rule_id is None:
