@@ -19,6 +19,7 @@ from typing import Callable
 
 from .cli_docs import cli_page
 from .exits import OneLineArgumentParser, run_reporting_errors
+from .layout_docs import layout_page
 from .rule_docs import rules_page
 
 COMMAND = "python -m mbridge_ep_overlap.tools.gen_docs --write"
@@ -27,6 +28,7 @@ HEADER = f"<!-- Generated from the code by `{COMMAND}`: do not edit by hand. -->
 PAGES: dict[str, Callable[[Path], str]] = {
     "docs/rules.md": lambda root: rules_page(),
     "docs/cli.md": cli_page,
+    "docs/layout.md": layout_page,
     # One more generated page is one more entry: its path, and a function of the checkout's root
     # returning its text (e.g. docs/troubleshooting.md built from the failure signatures).
 }
