@@ -17,6 +17,7 @@ Layout of ``<run folder>/evidence/``::
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 EVIDENCE_DIR = "evidence"
@@ -36,6 +37,12 @@ FACT_KEYS = (
 # "microbatch", "done"}) or null.
 WATCHDOG_KEYS = ("event", "rank", "iteration", "seconds_since_progress", "threshold_s", "time",
                  "flight_recorder", "moe_position")
+
+
+# The same names as patterns, for readers: group 1 is the rank.
+FACTS_NAME = re.compile(r"^facts-rank(\d+)\.json$")
+WATCHDOG_NAME = re.compile(r"^watchdog-rank(\d+)\.jsonl$")
+FAULTHANDLER_NAME = re.compile(r"^faulthandler-rank(\d+)\.log$")
 
 
 def evidence_dir(run_dir: str | Path) -> Path:

@@ -29,9 +29,7 @@ MAX_LINE = 8192
 _PROBE = 8192
 _PREFIX = re.compile(r"^(?:\[(?:default|rank)(\d+)\]:\s?|(\d+): )")
 _RANK_DIR = re.compile(r"(?:^|/)attempt_\d+/(\d+)/std(?:out|err)\.log$")
-_FACTS = re.compile(r"^facts-rank(\d+)\.json$")
-_WATCHDOG = re.compile(r"^watchdog-rank(\d+)\.jsonl$")
-_FAULT = re.compile(r"^faulthandler-rank(\d+)\.log$")
+_FACTS, _WATCHDOG, _FAULT = run_files.FACTS_NAME, run_files.WATCHDOG_NAME, run_files.FAULTHANDLER_NAME
 
 
 @dataclass
