@@ -28,7 +28,7 @@ NVSHMEM_LIB=$(python3 -c 'import nvidia.nvshmem as m, os; print(os.path.join(lis
 # Transformer Engine loads its own libcudnn with ctypes when imported, searching CUDNN_HOME,
 # CUDNN_PATH, CUDA_HOME and /usr/local/cuda before the pip wheel. On the H200 node that found the
 # toolkit's cuDNN 9.14 while torch runs the 9.19 wheel, and TE's fused attention failed with
-# CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED (stops 11 and 19; rule te-cudnn-matches-torch, doctor's
+# CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED (2026-11-30 and 2026-12-01; rule te-cudnn-matches-torch, doctor's
 # cuDNN line). Point TE at torch's cuDNN, unless the caller chose one.
 if [ -z "${CUDNN_HOME:-}${CUDNN_PATH:-}" ]; then
   _cudnn=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null || true)

@@ -6,14 +6,15 @@
 Runs ``CASES`` - each fault of ``fault_injector.py`` on ``qwen3_moe_proxy`` (local layers, no TE),
 EP = 2, overlap on with the alltoall dispatcher, ranks sharing GPU 0 (``EP_OVERLAP_SHARE_GPU=1``, the
 functional suite's way) - up to ``PARALLEL`` at a time, each with a hard timeout (``tools.launch``),
-after the overhead pair ``OVERHEAD`` (the same healthy run with evidence on and off, one after the
-other, nothing else running). ``--deadline-s`` bounds the whole (runs that would start after it are
+after the overhead pairs (the same healthy run with evidence on and off, ``--overhead-pairs`` times,
+alternating which goes first, nothing else running). ``--deadline-s`` bounds the whole (runs that would start after it are
 skipped, and a run's timeout never passes it). Writes under OUT_DIR:
 
 * ``runs/<case>/``: what the run left (``launcher.log``, ``torchrun/.../std{out,err}.log``,
   ``evidence/``, ``summary.json``, ``injected-fault.json``), big files pruned (``prune``);
 * ``cases.json``: per case the fault, the command's environment, exit code, timed out, seconds;
-* ``overhead.json``: per-step times of the pair and the median of each (``overhead``).
+* ``overhead.json``: per-step times of every run, the median of each, each pair's cost and the
+  median over the pairs (``overhead``).
 The exit code is 0 when every case ran (a failure is what a fault case is for), 1 when one was
 skipped or did not leave the evidence it should.
 """
@@ -35,7 +36,8 @@ from fault_injector import ENV as FAULT_ENV  # noqa: E402  (this folder is not a
 
 NPROC = 2
 STEPS = 6
-OVERHEAD_STEPS = 15
+OVERHEAD_STEPS = 25
+OVERHEAD_PAIRS = 3
 PARALLEL = 3
 SCRIPT = "tests/functional/fault_injector.py"
 OVERLAP = ["--ep-overlap", "on", "--dispatcher", "alltoall"]
@@ -50,7 +52,19 @@ CASES = {
     "nan": ("nan:rank=0,layer=2,step=4,microbatch=1", [], 120),
     "no_gain": ("none", ["--global-batch-size", str(2 * NPROC)], 120),  # one microbatch per rank
 }
-OVERHEAD = {"evidence_on": "1", "evidence_off": "0"}
+OVERHEAD = "overhead"
+"""The ``--only`` name of the overhead pairs."""
+EVIDENCE = {"evidence_on": "1", "evidence_off": "0"}
+
+
+def overhead_runs(pairs: int) -> list[tuple[str, str]]:
+    """(run name, EP_OVERLAP_EVIDENCE) in order: pair i is on/off for even i, off/on for odd i, so a
+    drift of the machine over the runs falls on both sides."""
+    order = []
+    for i in range(1, pairs + 1):
+        names = ("evidence_on", "evidence_off") if i % 2 else ("evidence_off", "evidence_on")
+        order += [(f"{n}_{i}", EVIDENCE[n]) for n in names]
+    return order
 KEEP_BYTES = 256 * 1024
 """Per log file: a longer one keeps its first and last half of this."""
 
@@ -93,16 +107,28 @@ def prune(folder: Path, keep: int = KEEP_BYTES) -> None:
             path.write_bytes(data[:keep // 2] + f"\n[... {cut} bytes pruned ...]\n".encode() + data[-keep // 2:])
 
 
+def _percent(on: float | None, off: float | None) -> float | None:
+    return round(100 * (on - off) / off, 2) if on and off else None
+
+
 def overhead(runs: dict[str, dict | None]) -> dict:
-    """Per-step times of each run (from its summary), the median after the first two steps, and
-    evidence-on's cost relative to evidence-off."""
-    out: dict = {}
+    """Per-step times of each run (from its summary) and the median after the first two steps; per
+    pair ``i`` (``evidence_on_i`` / ``evidence_off_i``) evidence-on's cost relative to evidence-off;
+    ``overhead_percent``: the median of the pairs' costs, with their range."""
+    out: dict = {"runs": {}}
     for name, summary in runs.items():
         times = [s["step_time_s"] for s in (summary or {}).get("steps", []) if s.get("step_time_s") is not None]
         steady = times[2:] if len(times) > 4 else times
-        out[name] = {"step_times_s": times, "median_s": statistics.median(steady) if steady else None}
-    on, off = out.get("evidence_on", {}).get("median_s"), out.get("evidence_off", {}).get("median_s")
-    out["overhead_percent"] = round(100 * (on - off) / off, 2) if on and off else None
+        out["runs"][name] = {"step_times_s": times, "median_s": statistics.median(steady) if steady else None}
+    pairs = sorted({n.rsplit("_", 1)[1] for n in runs if n.rsplit("_", 1)[-1].isdigit()}, key=int)
+    costs = {}
+    for i in pairs:
+        on, off = (out["runs"].get(f"{k}_{i}", {}).get("median_s") for k in ("evidence_on", "evidence_off"))
+        costs[i] = _percent(on, off)
+    out["pairs_percent"] = costs
+    valid = [c for c in costs.values() if c is not None]
+    out["overhead_percent"] = round(statistics.median(valid), 2) if valid else None
+    out["range_percent"] = [min(valid), max(valid)] if valid else None
     return out
 
 
@@ -111,6 +137,9 @@ def expected_evidence(case: str, folder: Path) -> list[str]:
     from mbridge_ep_overlap.base import run_files
 
     missing = [str(run_files.facts_file(folder, r)) for r in range(NPROC) if not run_files.facts_file(folder, r).exists()]
+    if case == "nccl_timeout" and not any(Path(str(run_files.flight_recorder_prefix(folder)) + str(r)).exists()
+                                          for r in range(NPROC)):
+        missing.append("a flight-recorder dump (TORCH_NCCL_DUMP_ON_TIMEOUT)")
     if case in ("hang", "stall"):
         if not any(run_files.watchdog_file(folder, r).exists() for r in range(NPROC)):
             missing.append("a watchdog stall event")
@@ -124,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out_dir")
     p.add_argument("--only", default=None, help="comma-separated case names (default: all, then the overhead pair)")
     p.add_argument("--deadline-s", type=float, default=420.0)
+    p.add_argument("--overhead-pairs", type=int, default=OVERHEAD_PAIRS, help="evidence on/off pairs (default %(default)s)")
+    p.add_argument("--overhead-steps", type=int, default=OVERHEAD_STEPS, help="steps per overhead run (default %(default)s)")
     args = p.parse_args(argv)
-    names = list(CASES) + list(OVERHEAD)
+    names = list(CASES) + [OVERHEAD]
     wanted = names if args.only is None else [n for n in args.only.split(",") if n]
     unknown = [n for n in wanted if n not in names]
     if unknown:
@@ -156,12 +187,12 @@ def main(argv: list[str] | None = None) -> int:
                 "missing_evidence": expected_evidence(name, r.folder)}
 
     summaries = {}
-    for n in (n for n in OVERHEAD if n in wanted):  # first, on a quiet machine: these are timings
-        results[n] = run(n, "none", [], 120, {"EP_OVERLAP_EVIDENCE": OVERHEAD[n]}, OVERHEAD_STEPS)
+    for n, value in (overhead_runs(args.overhead_pairs) if OVERHEAD in wanted else []):  # first, on a quiet machine
+        results[n] = run(n, "none", [], 60 + 6 * args.overhead_steps, {"EP_OVERLAP_EVIDENCE": value}, args.overhead_steps)
         print(f"{n}: {results[n]}", flush=True)
         path = out / "runs" / n / "summary.json"
         summaries[n] = json.loads(path.read_text()) if path.exists() else None
-        if "missing_evidence" in results[n] and n == "evidence_off":
+        if "missing_evidence" in results[n] and value == "0":
             results[n]["missing_evidence"] = []  # nothing is expected with the evidence off
     faults = [n for n in CASES if n in wanted]
     with concurrent.futures.ThreadPoolExecutor(max_workers=PARALLEL) as pool:
@@ -172,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     (out / "cases.json").write_text(json.dumps(results, indent=1) + "\n")
     if summaries:
         (out / "overhead.json").write_text(json.dumps(overhead(summaries), indent=1) + "\n")
-        print(f"overhead: {overhead(summaries).get('overhead_percent')} %", flush=True)
+        cost = overhead(summaries)
+        print(f"overhead: {cost['overhead_percent']} % (median of {len(cost['pairs_percent'])} pairs, "
+              f"range {cost['range_percent']})", flush=True)
     bad = [n for n, r in results.items() if r.get("skipped") or r.get("missing_evidence")]
     for n in bad:
         print(f"{n}: {results[n].get('skipped') or 'missing ' + ', '.join(results[n]['missing_evidence'])}",

@@ -37,7 +37,7 @@ UPSTREAM = ("megatron-bridge", "megatron-core", "megatron-lm", "mb", "mcore", "t
             "pytorch", "nccl", "upstream", "transformerengine", "github")
 
 PHRASES = {
-    "a run number": re.compile(r"\bstop[ -]?\d+\b", re.I),
+    "a run number": re.compile(r"\bstops?[ -]?\d+\b", re.I),
     "a lent machine": re.compile(r"\blent\b", re.I),
     "device time": re.compile(r"\bdevice[ -]time\b", re.I),
     "a carry limit": re.compile(r"\bcarr(?:y|ied)[ -]limit|\b64 ?MiB[ -]limit", re.I),

@@ -53,6 +53,18 @@ def test_flight_recorder_environment_never_overrides_the_user(tmp_path):
                    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
 
 
+def test_install_flight_recorder_makes_the_dump_folder(tmp_path):
+    # torch writes <prefix><rank> on an NCCL timeout but never creates the folder: without it the dump
+    # is lost ("Error opening file for writing Flight Recorder debug info", recorded 2026-12-01 on 1x H200)
+    env: dict[str, str] = {}
+    prefix = ev.install_flight_recorder(tmp_path / "run", "2.11.0", env)
+    assert prefix == env["TORCH_FR_DUMP_TEMP_FILE"] == str(run_files.flight_recorder_prefix(tmp_path / "run"))
+    assert Path(prefix).parent.is_dir()
+    user = {"TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "scratch" / "deep" / "fr_")}
+    assert ev.install_flight_recorder(tmp_path / "run2", "2.11.0", user) == user["TORCH_FR_DUMP_TEMP_FILE"]
+    assert (tmp_path / "scratch" / "deep").is_dir() and not (tmp_path / "run2").exists()
+
+
 def test_dump_flight_recorder_writes_prefix_plus_rank(tmp_path):
     prefix = str(run_files.flight_recorder_prefix(tmp_path))
     empty, full = pickle.dumps({"entries": []}), pickle.dumps({"entries": [{"record_id": 0}]})

@@ -118,14 +118,25 @@ def test_every_case_is_a_valid_fault_and_no_gain_has_one_microbatch_per_rank():
     assert gbs == mbs * rf.NPROC  # data parallel = EP = 2 ranks, one microbatch each
 
 
-def test_overhead_from_two_summaries():
+def test_overhead_pairs_alternate_and_their_median_is_the_cost():
+    order = rf.overhead_runs(3)
+    assert [n for n, _ in order] == ["evidence_on_1", "evidence_off_1", "evidence_off_2", "evidence_on_2",
+                                     "evidence_on_3", "evidence_off_3"]
+    assert all(v == ("1" if n.startswith("evidence_on") else "0") for n, v in order)
+
     def summary(times):
         return {"steps": [{"step_time_s": t} for t in times]}
 
-    out = rf.overhead({"evidence_on": summary([9, 9, 1.01, 1.01, 1.01, 1.01]),
-                       "evidence_off": summary([9, 9, 1.0, 1.0, 1.0, 1.0])})
-    assert out["evidence_on"]["median_s"] == 1.01 and math.isclose(out["overhead_percent"], 1.0)
-    assert rf.overhead({"evidence_on": None, "evidence_off": summary([1.0])})["overhead_percent"] is None
+    out = rf.overhead({"evidence_on_1": summary([9, 9, 1.01, 1.01, 1.01, 1.01]),
+                       "evidence_off_1": summary([9, 9, 1.0, 1.0, 1.0, 1.0]),
+                       "evidence_off_2": summary([9, 9, 2.0, 2.0, 2.0, 2.0]),
+                       "evidence_on_2": summary([9, 9, 2.1, 2.1, 2.1, 2.1]),
+                       "evidence_on_3": summary([9, 9, 1.0, 1.0, 1.0, 1.0]),
+                       "evidence_off_3": summary([9, 9, 1.0, 1.0, 1.0, 1.0])})
+    assert out["runs"]["evidence_on_1"]["median_s"] == 1.01
+    assert out["pairs_percent"] == {"1": 1.0, "2": 5.0, "3": 0.0}
+    assert math.isclose(out["overhead_percent"], 1.0) and out["range_percent"] == [0.0, 5.0]
+    assert rf.overhead({"evidence_on_1": None, "evidence_off_1": summary([1.0])})["overhead_percent"] is None
 
 
 def test_prune_keeps_head_and_tail(tmp_path):

@@ -27,8 +27,8 @@ from megatron.bridge.training.callbacks import Callback
 from megatron.core.transformer.moe.moe_layer import MoELayer
 
 from ..base import run_files
-from .run_evidence import dump_flight_recorder, enable_faulthandler, enabled, facts, flight_recorder_environment, \
-    flight_recorder_prefix, watchdog_settings, write_facts
+from .run_evidence import dump_flight_recorder, enable_faulthandler, enabled, facts, install_flight_recorder, \
+    watchdog_settings, write_facts
 from .watchdog import ProgressWatchdog
 
 
@@ -105,8 +105,7 @@ class RunEvidence:
 
         rank = int(os.environ.get("RANK", "0"))
         settings = watchdog_settings(watchdog_flag)  # a bad value is a usage error before anything starts
-        os.environ.update(flight_recorder_environment(run_dir, torch.__version__))
-        prefix = flight_recorder_prefix(run_dir, torch.__version__)
+        prefix = install_flight_recorder(run_dir, torch.__version__)
         watchdog = position = None
         if settings is not None:
             position = MoEPosition().install()

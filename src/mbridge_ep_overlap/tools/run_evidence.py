@@ -7,8 +7,10 @@ wired into training by ``tools.rank_evidence``):
 
 * the **flight recorder**: ``flight_recorder_environment`` gives PyTorch's variables to set in the
   rank before its process group exists - the names chosen for the installed torch in one place
-  (``flight_recorder_names``), a value the user set (under either name) never overridden - and
-  ``dump_flight_recorder`` asks torch for an on-demand dump into the same files;
+  (``flight_recorder_names``), a value the user set (under either name) never overridden;
+  ``install_flight_recorder`` sets them and makes the folder the dumps go to (torch does not: without
+  it the dump on an NCCL timeout is lost, "Error opening file for writing Flight Recorder debug
+  info"); ``dump_flight_recorder`` asks torch for an on-demand dump into the same files;
 * **faulthandler** output into ``faulthandler-rank<R>.log`` *and* on the rank's real stderr
   (``enable_faulthandler``: through a ``tee`` child, so a SIGSEGV still reaches both);
 * the **facts** that fail silently (``facts``: ``base.run_files.FACT_KEYS``; versions reported as
@@ -96,6 +98,16 @@ def flight_recorder_prefix(run_dir, torch_version: str, environ=None) -> str:
     name = flight_recorder_names(torch_version)[1]
     other = OLD_FR_NAMES[1] if name == NEW_FR_NAMES[1] else NEW_FR_NAMES[1]
     return environ.get(name) or environ.get(other) or str(run_files.flight_recorder_prefix(run_dir))
+
+
+def install_flight_recorder(run_dir, torch_version: str, environ=None) -> str:
+    """Set the flight-recorder variables the user has not set (``flight_recorder_environment``) and
+    create the folder of the dump prefix in force, the user's included; returns that prefix."""
+    environ = os.environ if environ is None else environ
+    environ.update(flight_recorder_environment(run_dir, torch_version, environ))
+    prefix = flight_recorder_prefix(run_dir, torch_version, environ)
+    Path(prefix).parent.mkdir(parents=True, exist_ok=True)
+    return prefix
 
 
 def on_demand_dumps() -> list:

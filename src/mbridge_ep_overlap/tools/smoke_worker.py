@@ -315,7 +315,7 @@ def start_evidence(run_dir: Path, backend: str) -> None:
     import torch  # here, as in every step of this worker: its --help and argument errors stay fast
 
     rank = int(os.environ.get("RANK", "0"))
-    os.environ.update(run_evidence.flight_recorder_environment(run_dir, torch.__version__))
+    run_evidence.install_flight_recorder(run_dir, torch.__version__)
     run_evidence.enable_faulthandler(run_files.faulthandler_file(run_dir, rank), sys.stderr)
     flex = backend if backend in ("deepep", "hybridep") else None
     described = types.SimpleNamespace(model=types.SimpleNamespace(
