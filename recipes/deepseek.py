@@ -24,11 +24,18 @@ def deepseek_v3():
     * dispatcher DeepEP via ``apply_flex_dispatcher_backend(model, "deepep")``, result checked so a
       silent alltoall fallback cannot leave shared-expert overlap in a broken state;
     * MTP stays 1 (overlap supports at most one MTP layer); delayed wgrad off;
-    * ``CUDA_DEVICE_MAX_CONNECTIONS=32``. GBS 4096 / (1024 / 16) DP = 64 microbatches per step.
+    * ``CUDA_DEVICE_MAX_CONNECTIONS=32``. GBS 4096 / (1024 / 16) DP = 64 microbatches per step;
+    * selective recompute of ``["mla_up_proj", "mlp"]`` as NVIDIA's own DeepSeek-V3 H100 perf recipe
+      (``megatron.bridge.perf_recipes.deepseek.h100.deepseek_v3``, granularity ``selective``): MCore
+      refuses only ``"moe"`` in ``recompute_modules`` with EP overlap (``transformer_config.py:2698``,
+      rule ``moe-recompute``); the dense MLP and the MLA up projection are recomputed inside their own
+      layers, and NVIDIA's GB200 / GB300 perf recipes run ``mla_up_proj`` recompute with EP overlap on.
     Needs DeepEP built on the nodes.
     """
     cfg = deepseek_v3_pretrain_1024gpu_h100_bf16_config()
     cfg.model.pipeline_model_parallel_size = 8
     cfg.model.virtual_pipeline_model_parallel_size = 4
     set_deepseek_v3_pipeline_model_parallel_layout(cfg.model, PP8_VPP4_LAYOUT)
+    cfg.model.recompute_granularity = "selective"
+    cfg.model.recompute_modules = ["mla_up_proj", "mlp"]
     return cfg

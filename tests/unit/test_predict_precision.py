@@ -147,3 +147,32 @@ def test_measured_fp8_efficiencies_are_the_ones_the_evidence_gives():
         speedup = sum(bf16[key(r)] for r in mine) / sum(r["seconds"] for r in mine)
         derived = speedup * h200["bf16_dense_tflops"] / h200["fp8_dense_tflops"]
         assert HW["precisions"][name]["relative_efficiency"] == pytest.approx(derived, abs=0.0005), name
+
+
+def test_te_gemm_size_curve_is_the_one_the_evidence_gives():
+    """hardware.json's te_gemm_efficiency re-derived from the 2026-12-01 1x H200 BF16 TE GEMM rows: the
+    least-squares fit in log time of e_max x (1 - exp(-d / d0)), d = (M N K)^(1/3) per call (a grouped
+    GEMM: per local expert), on the grid the stated values lie on."""
+    import math
+
+    from mbridge_ep_overlap.predict.costs import te_gemm_efficiency
+
+    evidence = Path(__file__).parents[2] / "docs/evidence/2026-12-01-h200x1-predict/gemm.json"
+    rows = [r for r in json.loads(evidence.read_text())["rows"]
+            if r["status"] == "ok" and r["precision"] == "bf16" and r["op"] != "attention"]
+    assert len(rows) == 24
+    peak = HW["gpus"]["h200"]["bf16_dense_tflops"] * 1e12
+    pts = [((r["tokens"] / r.get("groups", 1) * r["in_features"] * r["out_features"]) ** (1 / 3), r["seconds"],
+            r["flops"]) for r in rows]
+
+    def loss(e_max: float, d0: float) -> float:
+        return sum((math.log(f / (peak * e_max * (1 - math.exp(-d / d0)))) - math.log(t)) ** 2 for d, t, f in pts)
+
+    best = min(((loss(e / 1000, d0), e / 1000, d0) for e in range(500, 1001, 5) for d0 in range(100, 8000, 20)))
+    curve = HW["te_gemm_efficiency"]
+    assert (curve["e_max"], curve["d0"]) == (best[1], best[2])
+    assert math.sqrt(best[0] / len(pts)) < 0.16  # the stated rms error per row
+    # the function the cost model uses is that curve (flops per call = 2 M N K)
+    for d, t, f in pts[:4]:
+        groups = f / (2 * d ** 3)
+        assert te_gemm_efficiency(f / groups) == pytest.approx(curve["e_max"] * (1 - math.exp(-d / curve["d0"])))

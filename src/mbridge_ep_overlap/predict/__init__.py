@@ -15,6 +15,7 @@ this project it reads ``core.sizes`` and ``target.gpus``, plain arithmetic and d
     inputs.from_config(cfg, world_size)                 (inputs)   StepInputs of a Megatron-Bridge config
     config.for_config(cfg, target)                      (config)   -> ConfigPrediction for a ClusterEnvironment
                                                                    (plan --predict, the advice rules, auto)
+    published.ROWS, published.check(rows, predicted)    (published) MB's published rows as checks (never fitted)
 
 Method, defaults with sources, calibration and validation: docs/prediction.md.
 """

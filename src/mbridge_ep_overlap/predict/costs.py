@@ -8,11 +8,16 @@ forward/backward, expert MLP forward/backward, each of the four all-to-alls), pl
 per-microbatch ends (embedding, output layer and loss), the per-step parts (optimizer, DP
 gradient sync) and what each all-to-all moves (bytes in and out of the NVLink domain).
 
-Compute time = GEMM FLOPs / (peak x ``gemm_efficiency``; linear layers at the peak and relative
+Compute time = GEMM FLOPs / (peak x GEMM efficiency; linear layers at the peak and relative
 efficiency of the recipe's GEMM precision, ``precision.gemm_rate``, plus its quantization passes) + memory-bound bytes / (HBM bandwidth x
 ``memory_efficiency``) [+ fused attention FLOPs / (peak x ``attention_efficiency``) on the
-Transformer-Engine path]. The two efficiencies are fitted on the GPU the calibration was
-measured on (``calibration.json``); pass counts of the memory-bound kernels are fixed constants
+Transformer-Engine path]. The GEMM efficiency is ``gemm_efficiency`` on the local layer stack and,
+on the Transformer-Engine stack, ``te_gemm_efficiency(flops of one GEMM call)``: the measured TE
+GEMM efficiency at that size (``hardware.json``; a grouped GEMM is sized per local expert; a
+calibration of another cluster scales it by its ``gemm_efficiency`` over the shipped one), since
+one constant cannot hold both Qwen3-30B-A3B's small GEMMs and DeepSeek-V3's large ones. The two
+calibrated efficiencies are fitted on the GPU the calibration was measured on
+(``calibration.json``); pass counts of the memory-bound kernels are fixed constants
 (``_PASSES``), not fitted. All-to-all time = latency + max(bytes inside the NVLink domain /
 its bandwidth, bytes leaving it / the NIC bandwidth) for the dispatcher's traffic pattern.
 
@@ -69,6 +74,15 @@ def hardware() -> dict[str, Any]:
 def linear_rate(inputs: StepInputs, cluster: Cluster) -> Rate:
     """The rate of the config's linear-layer GEMMs on the cluster's GPU (``precision.gemm_rate``)."""
     return gemm_rate(gpu_spec(cluster.gpu), inputs.gemm_precision, hardware()["precisions"])
+
+
+def te_gemm_efficiency(flops_per_call: float) -> float:
+    """Fraction of the dense peak one Transformer Engine GEMM call of ``flops_per_call`` reaches:
+    ``e_max x (1 - exp(-d / d0))`` with d = (M x N x K)^(1/3) = (flops / 2)^(1/3), fitted on the
+    BF16 TE GEMM rows measured on 1x H200 (``hardware.json`` ``te_gemm_efficiency``)."""
+    c = hardware()["te_gemm_efficiency"]
+    d = (max(flops_per_call, 0.0) / 2) ** (1 / 3)
+    return max(c["floor"], c["e_max"] * (1 - math.exp(-d / c["d0"])))
 
 
 def gpu_spec(key: str) -> dict[str, Any]:
@@ -278,16 +292,25 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
     impl = i.transformer_impl
     causal = 0.5 if impl == "transformer_engine" else 1.0  # unfused local attention computes the full square
 
-    def gemm(flops: float) -> float:  # BF16 GEMMs: router, output layer, unfused attention
-        return flops / (peak * eg)
+    # a calibration other than the shipped one (another cluster's) scales the TE curve by its own
+    # gemm_efficiency relative to the shipped one: the curve's shape is TE's, its level the cluster's
+    te_scale = eg / _load_json("calibration.json")["fitted"]["gemm_efficiency"]
+
+    def eff(flops: float, calls: float) -> float:
+        """GEMM efficiency: the calibrated constant on the local stack; on the TE stack the measured
+        TE GEMM efficiency at the size of one call (``te_gemm_efficiency``, module docstring)."""
+        return te_gemm_efficiency(flops / calls) * te_scale if impl == "transformer_engine" else eg
+
+    def gemm(flops: float, calls: float = 1) -> float:  # BF16 GEMMs: router, output layer, unfused attention
+        return flops / (peak * eff(flops, calls)) if flops else 0.0
 
     # linear layers in the recipe's GEMM precision (FP8 / MXFP8 / NVFP4 at their own peak), plus the
     # quantization passes over each GEMM input (forward) and output gradient (backward)
     rate = linear_rate(inputs, cluster)
     quant = rate.quantize_passes * 2  # bytes read + written per quantized element, BF16 source
 
-    def lin(flops: float) -> float:
-        return flops / (rate.peak_flops * eg * rate.relative_efficiency)
+    def lin(flops: float, calls: float = 1) -> float:
+        return flops / (rate.peak_flops * eff(flops, calls) * rate.relative_efficiency) if flops else 0.0
 
     def lin_mem(elements: float) -> float:
         return elements * quant / (hbm * em) if quant else 0.0
@@ -305,6 +328,7 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
         kv_proj = 2 * T * h * (i.kv_lora_rank + (i.qk_pos_emb_head_dim or 64)) \
             + 2 * T * i.kv_lora_rank * nh * ((i.qk_head_dim or 128) + dv)
         attn_lin = q_proj + kv_proj + 2 * T * nh * dv * h
+        attn_lin_t = lambda: lin(q_proj, 2 if q_in else 1) + lin(kv_proj, 2) + lin(2 * T * nh * dv * h)  # noqa: E731
         core = 2 * T * S * nh * (dqk + dv) * causal
         rope_elems = T * nh * (i.qk_pos_emb_head_dim or 64) * 2
         attn_params = h * (q_in + i.kv_lora_rank + (i.qk_pos_emb_head_dim or 64)) \
@@ -314,6 +338,7 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
         kv = i.kv_channels
         ng = i.num_query_groups
         attn_lin = 2 * T * h * (nh * kv + 2 * ng * kv) + 2 * T * nh * kv * h
+        attn_lin_t = lambda: lin(2 * T * h * (nh * kv + 2 * ng * kv)) + lin(2 * T * nh * kv * h)  # noqa: E731
         core = 4 * T * S * nh * kv * causal
         rope_elems = T * (nh + ng) * kv * 2
         attn_params = h * (nh * kv + 2 * ng * kv) + nh * kv * h
@@ -336,12 +361,14 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
 
     attn_q = T * (h + nh * (i.v_head_dim or i.kv_channels))  # QKV and projection inputs
     shared_q = T * (h + shared) if shared else 0.0
-    attn_f_common = lin(attn_lin) + lin_mem(attn_q) + attn_core_f + mem(attn_mem)
-    attn_b_common = (_BWD_GEMM * lin(attn_lin) + _BWD_MEM * lin_mem(attn_q) + attn_core_b + _BWD_MEM * mem(attn_mem)
+    t_attn_lin = attn_lin_t()
+    attn_f_common = t_attn_lin + lin_mem(attn_q) + attn_core_f + mem(attn_mem)
+    attn_b_common = (_BWD_GEMM * t_attn_lin + _BWD_MEM * lin_mem(attn_q) + attn_core_b + _BWD_MEM * mem(attn_mem)
                      + mem(attn_params * grad_acc))
     router, shared_gemm = 2 * T * h * E, 6 * T * h * shared
-    moe_pre_f = gemm(router) + lin(shared_gemm) + lin_mem(shared_q) + mem(moe_pre_mem)
-    moe_pre_b = (_BWD_GEMM * (gemm(router) + lin(shared_gemm) + lin_mem(shared_q)) + _BWD_MEM * mem(moe_pre_mem)
+    t_shared = lin(shared_gemm * 2 / 3) + lin(shared_gemm / 3)  # fc1 (gate + up), fc2
+    moe_pre_f = gemm(router) + t_shared + lin_mem(shared_q) + mem(moe_pre_mem)
+    moe_pre_b = (_BWD_GEMM * (gemm(router) + t_shared + lin_mem(shared_q)) + _BWD_MEM * mem(moe_pre_mem)
                  + mem(shared_params * grad_acc))
 
     # routed experts (grouped GEMM, SwiGLU: fc1 2 x ffn, fc2 ffn)
@@ -350,8 +377,10 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
     expert_mem = (_PASSES["expert_per_topk_h"] * k * T * h + _PASSES["expert_per_topk_ffn"] * k * T * F) * b
     expert_params = (E // i.ep) * 3 * h * F / i.etp
     expert_q = k * T * (h + F)  # FC1 and FC2 inputs
-    expert_f = lin(expert_flops) + lin_mem(expert_q) + mem(expert_mem)
-    expert_b = (_BWD_GEMM * lin(expert_flops) + _BWD_MEM * lin_mem(expert_q) + _BWD_MEM * mem(expert_mem)
+    groups = max(1, E // i.ep)  # one grouped GEMM call runs every local expert
+    t_expert = lin(expert_flops * 2 / 3, groups) + lin(expert_flops / 3, groups)  # fc1, fc2
+    expert_f = t_expert + lin_mem(expert_q) + mem(expert_mem)
+    expert_b = (_BWD_GEMM * t_expert + _BWD_MEM * lin_mem(expert_q) + _BWD_MEM * mem(expert_mem)
                 + mem(expert_params * grad_acc))
     cpost = mem((_PASSES["combine_post_per_topk"] * k + _PASSES["combine_post"]) * T * h * b)
 
@@ -361,8 +390,9 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
     dense_mem = (_PASSES["dense_mlp_per_ffn"] * T * Fd + 2 * T * h) * b
     dense_params = 3 * h * Fd / i.tp
     dense_q = T * (h + Fd)
-    dense_mlp_f = lin(dense_flops) + lin_mem(dense_q) + mem(dense_mem)
-    dense_mlp_b = (_BWD_GEMM * lin(dense_flops) + _BWD_MEM * lin_mem(dense_q) + _BWD_MEM * mem(dense_mem)
+    t_dense = lin(dense_flops * 2 / 3) + lin(dense_flops / 3)
+    dense_mlp_f = t_dense + lin_mem(dense_q) + mem(dense_mem)
+    dense_mlp_b = (_BWD_GEMM * t_dense + _BWD_MEM * lin_mem(dense_q) + _BWD_MEM * mem(dense_mem)
                    + mem(dense_params * grad_acc))
 
     # output layer + loss, embedding

@@ -192,9 +192,11 @@ def _predict(inputs: StepInputs, cluster: Cluster, cal: Calibration, d: str, _no
         else:
             on, hidden = off, 0.0
         exposed_end = f_off + b_off  # first forward + last backward run unpaired
+        chunks, cooldown_s = 1, 0.0
     else:
         v = inputs.vpp or 1
         units = m * v
+        chunks = v
         cn = dataclasses.replace(c, host_per_microbatch=0.0)
         f_u, b_u, nonc = microbatch_off(cn, layers, first_chunk=False, last_chunk=False)
         ends = (c.embed_f + c.embed_b + c.head_f + c.head_b) / (inputs.pp * v)  # balanced layout assumed
@@ -219,8 +221,13 @@ def _predict(inputs: StepInputs, cluster: Cluster, cal: Calibration, d: str, _no
         else:
             on, hidden = off, 0.0
         exposed_end = U
-    # per-step parts that EP overlap never hides
-    dp_exposed = c.dp_sync if not inputs.overlap_grad_reduce else max(0.0, c.dp_sync - exposed_end / 2)
+        # the cool-down runs as many backward units as the warm-up ran forwards (schedules.py:937-943)
+        cooldown_s = min(units, 2 * (inputs.pp - 1) + (v - 1) * inputs.pp + 1) * b_u * scale
+    # per-step parts that EP overlap never hides. With overlap_grad_reduce the gradient sync of each
+    # model chunk starts when that chunk's last backward is done (MCore 0.19.2 schedules.py:1418-1427,
+    # 2036-2041): with VPP all but the last chunk's sync run beside the remaining cool-down backwards
+    dp_exposed = c.dp_sync if not inputs.overlap_grad_reduce else max(
+        0.0, max(c.dp_sync / chunks, c.dp_sync - cooldown_s) - exposed_end / 2)
     tail = c.optimizer + dp_exposed
     off += tail
     on += tail
