@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import copy
 import os
+import subprocess
 import tempfile
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -31,6 +33,33 @@ from mbridge_ep_overlap.target import shims  # noqa: E402
 shims.install()
 from mbridge_ep_overlap.target.cluster import describe  # noqa: E402
 from mbridge_ep_overlap.target.offline import offline_architectures  # noqa: E402
+
+
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _checkout_state() -> str | None:
+    """The checkout's changed, untracked and ignored entries (git's view, ignored folders as one
+    entry; Python's byte-code caches left out), or None outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "-C", str(_ROOT), "status", "--porcelain", "--ignored"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return "\n".join(line for line in out.stdout.splitlines() if "__pycache__" not in line)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _checkout_untouched():
+    """Unit tests write nothing into the checkout: a file a test created or changed there fails the run."""
+    before = _checkout_state()
+    yield
+    after = _checkout_state()
+    if before is not None and after is not None and after != before:
+        new = sorted(set(after.splitlines()) - set(before.splitlines()))
+        pytest.fail(f"unit tests changed the checkout: {new[:10]}", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

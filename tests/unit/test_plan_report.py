@@ -113,7 +113,7 @@ def test_one_layout_for_plan_dryrun_and_slurm(flags, code, tmp_path, capsys):
     out, err = capsys.readouterr()
     assert _report(out) == plan, (out[-2000:], err[-2000:])
     assert slurm.main(["--recipe", "qwen3_moe_proxy", "--nodes", "1", "--gpus-per-node", "2", "--gpu", "h200",
-                       "--dryrun", *flags]) == code
+                       "--dryrun", "--log-dir", str(tmp_path / "logs"), *flags]) == code
     out, err = capsys.readouterr()
     if code:
         assert _report(out) == plan and "launch_slurm.py:" in err and "#!/bin/bash" not in out
