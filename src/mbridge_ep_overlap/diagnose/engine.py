@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import crashes, flight_recorder, schedule
+from . import crashes, flight_recorder, schedule, upstream_checks
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -54,6 +54,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     patterned = [s for s in sigs if s.patterns]
     combined = re.compile("|".join(f"(?:{p})" for s in patterned for p in s.patterns))
     series = IterationSeries()
+    raised = upstream_checks.RaisedErrors()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -70,6 +71,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
                     if any(p.search(text) for p in s.compiled()):
                         finding(s.id).add(f"{where}: {shown}")
             series.feed(text, where)
+            raised.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -87,6 +89,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
         diagnosis.read.append(f"faulthandler output of rank(s) {', '.join(sorted(str(s.rank) for s in ev.faulthandler))}")
 
     _numerics(series, finding)
+    _upstream(raised, findings)
     _crashes(crash_text, finding)
     _facts(ev, sigs, finding, diagnosis)
     _watchdog(ev, finding, diagnosis)
@@ -127,6 +130,14 @@ def _numerics(series: IterationSeries, finding) -> None:
     for a in series.anomalies:
         if a.kind in ("non-finite-loss", "nan-iterations", "grad-norm-blowup", "loss-spike"):
             finding(a.kind).add(f"{a.where}: iteration {a.iteration}: {a.detail}")
+
+
+def _upstream(raised: upstream_checks.RaisedErrors, findings: dict[str, Finding]) -> None:
+    """The errors no hand-written signature already names, looked up in the installed upstream source."""
+    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
+    fresh = [e for e in raised.errors if not any(e.message[:120] in line for line in named)]
+    for f in upstream_checks.findings(fresh):
+        findings.setdefault(f.signature.id, f)
 
 
 def _crashes(crash_text: dict[str, str], finding) -> None:
