@@ -96,6 +96,8 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _flight_recorder(ev, finding, diagnosis)
     if len(per_path_series) >= 2:
         _compare_runs(paths, per_path_series, ev, finding)
+    _nan_iteration(findings)
+    _hang_layer(ev, findings)
 
     for f in findings.values():
         if f.signature.rule and f.signature.facts_pass and ev.facts:
@@ -138,6 +140,35 @@ def _upstream(raised: upstream_checks.RaisedErrors, findings: dict[str, Finding]
     fresh = [e for e in raised.errors if not any(e.message[:120] in line for line in named)]
     for f in upstream_checks.findings(fresh):
         findings.setdefault(f.signature.id, f)
+
+
+_UNEXPECTED = re.compile(r"Rank (\d+),.*?iteration (\d+): Unexpected result (\S+) \(message='([^']*)'")
+
+
+def _nan_iteration(findings: dict[str, Finding]) -> None:
+    """Which rank saw which non-finite value at which iteration, from MCore's rerun state machine's line."""
+    f = findings.get("non-finite-loss-detected")
+    seen = set()
+    for line in f.evidence if f else []:
+        if (m := _UNEXPECTED.search(line)) and m.groups() not in seen:
+            seen.add(m.groups())
+            f.detail.append(f"rank {m.group(1)}: {m.group(3)} at iteration {m.group(2)} ({m.group(4)})")
+
+
+def _hang_layer(ev: Evidence, findings: dict[str, Finding]) -> None:
+    """A hang names the MoE layer each rank was last in when a watchdog stall event carries it, and says
+    that the layer is not in the evidence otherwise (frames and flight-recorder entries do not carry it)."""
+    hangs = [f for f in findings.values() if f.signature.symptom == "hang" and f.signature.id != "progress-stalled"]
+    if not hangs:
+        return
+    layers = [f"rank {e.get('rank')}: MoE layer {e['moe_position'].get('layer')}"
+              for e in ev.watchdog if e.get("event") == "stall" and isinstance(e.get("moe_position"), dict)
+              and e["moe_position"].get("layer") is not None]
+    words = ("layer (the watchdog's last MoE position): " + "; ".join(layers) if layers else
+             "layer not in the evidence (no watchdog position recorded; stacks and the flight recorder do not "
+             "carry the layer)")
+    for f in hangs:
+        f.detail.append(words)
 
 
 def _crashes(crash_text: dict[str, str], finding) -> None:
