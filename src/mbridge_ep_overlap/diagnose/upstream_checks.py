@@ -71,7 +71,10 @@ class RaisedErrors:
 def findings(errors: list[RaisedError]) -> list[Finding]:
     out: dict[str, Finding] = {}
     for e in errors:
-        if not e.looked_up or not (match := upstream_source.find(e.message)):
+        frame = e.upstream_frame
+        hint = ("megatron/" + frame[0].split("/megatron/", 1)[-1], frame[1]) if frame and "/megatron/" in frame[0] \
+            else ("", 0)
+        if not e.looked_up or not (match := upstream_source.find(e.message, *hint)):
             continue
         sig = _signature(e, match)
         f = out.setdefault(sig.id, Finding(sig))

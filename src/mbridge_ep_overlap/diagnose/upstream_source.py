@@ -113,16 +113,26 @@ def checks() -> tuple[Check, ...]:
 
 
 @functools.lru_cache(maxsize=256)
-def find(message: str) -> Match | None:
+def find(message: str, raised_in: str = "", raised_line: int = 0) -> Match | None:
+    """The check that raises ``message``; ``raised_in`` / ``raised_line`` (the traceback's innermost
+    upstream frame, ``megatron/...`` relative) choose between checks that word it alike (MB repeats
+    some of MCore's messages), the same file first, then the nearest line."""
     message = message.strip()
     if not message:
         return None
-    candidates = [c for rel in _candidate_files(message) for c in file_checks(rel)]
+    files = _candidate_files(message)
+    if raised_in and raised_in in dict(sources()) and raised_in not in files:
+        files.append(raised_in)
+    candidates = [c for rel in files for c in file_checks(rel)]
+
+    def rank(c: Check) -> tuple:
+        return (c.file == raised_in, -abs(c.line - raised_line) if c.file == raised_in else 0,
+                len(c.literal.replace("...", "")))
+
     exact = [c for c in candidates if c.matches(message)]
     if exact:
-        best = max(exact, key=lambda c: len(c.literal.replace("...", "")))
-        return Match(best, True, 1.0)
-    return _nearest(message, candidates)
+        return Match(max(exact, key=rank), True, 1.0)
+    return _nearest(message, candidates, raised_in)
 
 
 def _words(text: str) -> set[str]:
@@ -159,9 +169,9 @@ def similarity(message: str, check: Check) -> float:
     return max(ratio, overlap)
 
 
-def _nearest(message: str, candidates: list[Check]) -> Match | None:
+def _nearest(message: str, candidates: list[Check], raised_in: str = "") -> Match | None:
     best: Match | None = None
-    for c in candidates:
+    for c in sorted(candidates, key=lambda c: c.file != raised_in):
         score = similarity(message, c)
         if score >= NEAREST_MIN_RATIO and (best is None or score > best.ratio):
             best = Match(c, False, score)
