@@ -147,3 +147,32 @@ def test_unseen_labels_are_what_diagnose_names_today():
 
 def test_the_template_row_is_listed():
     assert "upstream-check" in {s.id for s in all_signatures()}
+
+
+PREDICTION = {"dispatcher": "alltoall", "gpu": "h200", "num_gpus": 8, "off_step_s": 1.25, "on_step_s": 1.2,
+              "speedup": 1.0417, "confidence": "validated: BF16 on Hopper (docs/prediction.md)"}
+
+
+def test_no_gain_reports_the_prediction_plan_json_records(tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "no_gain"
+    shutil.copytree(RECORDED / "no_gain", run_dir)
+    (run_dir / "job.plan.json").write_text(json.dumps({"prediction": PREDICTION}))
+    d = diagnose([str(run_dir)])
+    slow = [f for f in d.findings if f.signature.symptom == "no-speedup"]
+    assert slow
+    words = "\n".join(slow[0].detail)
+    assert "alltoall on 8x h200, step 1.250 s with overlap off, 1.200 s on, speed-up 1.042x" in words
+
+
+def test_no_gain_says_when_the_config_has_no_prediction(tmp_path):
+    from mbridge_ep_overlap.diagnose import prediction
+
+    assert "no config beside the logs" in prediction.lines([str(tmp_path)])[0]
+    (tmp_path / "job.config.yaml").write_text("model: {}\n")
+    assert "names neither the GPU nor the world size" in prediction.lines([str(tmp_path)])[0]
+    (tmp_path / "job.plan.json").write_text(json.dumps({"prediction": {"error": "GPU x: not in the GPU catalogue"}}))
+    assert "no prediction for this config (GPU x: not in the GPU catalogue)" in prediction.lines([str(tmp_path)])[0]
+    (tmp_path / "job.plan.json").write_text("{not json")
+    assert "could not be read" in prediction.lines([str(tmp_path)])[0]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import crashes, flight_recorder, schedule, upstream_checks
+from . import crashes, flight_recorder, prediction, schedule, upstream_checks
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -97,6 +97,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     if len(per_path_series) >= 2:
         _compare_runs(paths, per_path_series, ev, finding)
     _nan_iteration(findings)
+    _predicted_gain(paths, findings)
     _hang_layer(ev, findings)
 
     for f in findings.values():
@@ -143,6 +144,14 @@ def _upstream(raised: upstream_checks.RaisedErrors, findings: dict[str, Finding]
 
 
 _UNEXPECTED = re.compile(r"Rank (\d+),.*?iteration (\d+): Unexpected result (\S+) \(message='([^']*)'")
+
+
+def _predicted_gain(paths: list[str], findings: dict[str, Finding]) -> None:
+    """A no-speed-up finding says what the step-time model predicted for the run's config, or why not."""
+    slow = [f for f in findings.values() if f.signature.symptom == "no-speedup"]
+    words = prediction.lines(paths) if slow else []
+    for f in slow:
+        f.detail += words
 
 
 def _nan_iteration(findings: dict[str, Finding]) -> None:
