@@ -28,7 +28,8 @@ UPSTREAM_CHECK = Signature(
           "expression, or the if above the raise) are the cause.",
     fix="the fix of the rule of this library that mirrors the check when one does; else change the "
         "configuration so that the check's condition holds ('the check at FILE:LINE requires CONDITION')",
-    source="installed:megatron/core", emitted=(), confidence=0.88, found_by="upstream-source",
+    source="installed:mbridge_ep_overlap/diagnose/upstream_source.py", emitted=(), confidence=0.88,
+    found_by="upstream-source",
     versions="the installed megatron-core / megatron-bridge; a message not in their source word for word "
              "(reworded, another version) names the nearest check at 55%")
 
