@@ -176,3 +176,40 @@ def test_no_gain_says_when_the_config_has_no_prediction(tmp_path):
     assert "no prediction for this config (GPU x: not in the GPU catalogue)" in prediction.lines([str(tmp_path)])[0]
     (tmp_path / "job.plan.json").write_text("{not json")
     assert "could not be read" in prediction.lines([str(tmp_path)])[0]
+
+
+def _named_from_traceback(err: BaseException) -> tuple[str, str]:
+    frame = traceback.extract_tb(err.__traceback__)[-1]
+    where = "megatron/" + frame.filename.split("/megatron/", 1)[1] + f":{frame.lineno}"
+    d = run("".join(traceback.format_exception(err)))
+    ids = [f.signature.id for f in d.findings if f.signature.id.startswith("upstream-check:")]
+    return where, (ids or ["-"])[0]
+
+
+def test_a_real_mb_check_is_named_at_the_line_that_raised_it():
+    import types
+
+    from megatron.bridge.training.utils.moe_token_drop import apply_moe_token_drop
+
+    provider = types.SimpleNamespace(num_moe_experts=4, moe_token_dispatcher_type="flex",
+                                     moe_router_load_balancing_type="aux_loss")
+    with pytest.raises(AssertionError) as info:
+        apply_moe_token_drop(provider)
+    where, named = _named_from_traceback(info.value)
+    assert where.startswith("megatron/bridge/") and named == f"upstream-check:{where}"
+
+
+def test_an_mb_validation_error_is_found_in_mb_source():
+    import types
+    from unittest import mock
+
+    from megatron.bridge.training import flex_dispatcher_backend as flex
+
+    cfg = types.SimpleNamespace(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep")
+    gpu = types.SimpleNamespace(name="Tesla V100-SXM2-32GB", major=7, minor=0)
+    with mock.patch("torch.cuda.get_device_properties", return_value=gpu), pytest.raises(ValueError) as info:
+        flex.validate_flex_dispatcher_backend(cfg)
+    frame = traceback.extract_tb(info.value.__traceback__)[-1]
+    rel = "megatron/" + frame.filename.split("/megatron/", 1)[1]
+    match = upstream_source.find(str(info.value), rel, frame.lineno)
+    assert match and match.exact and match.check.where == f"{rel}:{frame.lineno}"
