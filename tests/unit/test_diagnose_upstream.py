@@ -72,9 +72,19 @@ def test_a_hand_written_signature_keeps_its_place_and_no_duplicate_is_added():
 
 
 def test_the_rule_that_mirrors_a_check_gives_the_fix():
-    d = run("AssertionError: overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute\n")
-    found = [f for f in d.findings if f.signature.rule]
-    assert found and found[0].signature.rule == "delay-wgrad-needs-overlap"
+    from mbridge_ep_overlap.core.rules import RULES_BY_ID
+
+    message = "overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute"
+    errors = upstream_checks.RaisedErrors()
+    errors.feed(f"AssertionError: {message}", "log:1")
+    (found,) = upstream_checks.findings(errors.errors)
+    assert found.signature.rule == "delay-wgrad-needs-overlap"
+    assert found.signature.fix == RULES_BY_ID["delay-wgrad-needs-overlap"].fix
+    err, *_ = trigger(BAD[0])  # no rule mirrors the attention-heads check
+    errors = upstream_checks.RaisedErrors()
+    errors.feed(f"ValueError: {err}", "log:1")
+    (found,) = upstream_checks.findings(errors.errors)
+    assert found.signature.rule is None and found.signature.fix.startswith("change the configuration so that ")
 
 
 def test_a_reworded_message_names_the_nearest_check_and_says_so():

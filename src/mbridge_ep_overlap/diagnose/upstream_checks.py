@@ -32,6 +32,8 @@ UPSTREAM_FRAME = re.compile(r"megatron/(core|bridge)/")
 EXACT_CONFIDENCE = 0.88
 NEAREST_CONFIDENCE = 0.55
 MAX_ERRORS = 8
+SPECIFIC_PATTERN = 30
+"""A rule's upstream message pattern this long names its check in either package."""
 
 
 @dataclass
@@ -113,12 +115,20 @@ def _detail(e: RaisedError, match: upstream_source.Match) -> list[str]:
 
 
 def _mirroring_rule(message: str, check: upstream_source.Check):
-    """The rule of this library that mirrors the check: its upstream message pattern matches."""
+    """The rule of this library that mirrors the check: its upstream message pattern matches the message
+    (or the check's text), and a short pattern ('is supported for') only for a check in the package its
+    upstream check lives in (MCore and MB repeat some checks, so a long pattern counts in either); the
+    longest such pattern when several do."""
     from ..core.rules import RULES  # function-level: loads the rule table only when a check is named
 
+    package = "/".join(check.file.split("/")[:2])
+    fitting = []
     for rule in RULES:
-        if rule.upstream_match and len(rule.upstream_match) >= 12:
-            pattern = re.compile(rule.upstream_match)
-            if pattern.search(message) or pattern.search(check.literal):
-                return rule
-    return None
+        where = rule.upstream.source
+        longest = max((len(part) for part in rule.upstream_match.split("|")), default=0)
+        if longest < 12 or not where or (longest < SPECIFIC_PATTERN and not where[0].startswith(package)):
+            continue
+        pattern = re.compile(rule.upstream_match)
+        if pattern.search(message) or pattern.search(check.literal):
+            fitting.append(rule)
+    return max(fitting, key=lambda r: len(r.upstream_match), default=None)
