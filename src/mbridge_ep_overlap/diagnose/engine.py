@@ -8,11 +8,16 @@ the iteration reader (numerics) and kept, boundedly, when it looks like a failur
 with the crash readers the launcher shares (``crashes.rank_crashes`` over the crash reports captured while
 streaming); faulthandler files, facts and watchdog events per ``base.run_files``; flight-recorder
 dumps with torch's analyzer (``flight_recorder``), the diverging collective's frames placed in the
-schedule (``schedule``). Findings are ranked: specific before generic, then by confidence, then by
-how many lines matched. Two or more PATHs that each hold iteration lines are also compared as runs
-(first = reference): a candidate not faster than the reference is a no-speed-up finding, with the
-reasons the facts give. ``UsageError`` for a path that cannot be read; never any other exception
-for what is inside the files.
+schedule (``schedule``); a hang says which MoE layer each rank was last in when a watchdog event carries
+it, and that the layer is not in the evidence otherwise. ``AssertionError`` / ``ValueError`` /
+``RuntimeError`` lines no hand-written signature names are looked up in the installed Megatron-Core /
+Megatron-Bridge source (``upstream_checks``). A NaN/Inf found by MCore names the rank and iteration.
+Findings are ranked: specific before generic, then by confidence, then by how many lines matched.
+Two or more PATHs that each hold iteration lines are also compared as runs (first = reference): a
+candidate not faster than the reference is a no-speed-up finding, with the reasons the facts give;
+every no-speed-up finding adds the step-time model's prediction from the plan.json beside the logs,
+or says there is none (``prediction``). ``UsageError`` for a path that cannot be read; never any
+other exception for what is inside the files.
 """
 
 from __future__ import annotations

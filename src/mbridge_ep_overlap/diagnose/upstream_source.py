@@ -102,7 +102,7 @@ def file_checks(rel: str) -> tuple[Check, ...]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ()
     return tuple(_file_checks(tree, rel))
 
