@@ -1,4 +1,5 @@
-"""The generated references (docs/rules.md, docs/cli.md) are current, and the check notices when not."""
+"""The generated references (docs/rules.md, docs/cli.md, docs/layout.md, docs/troubleshooting.md) are current,
+and the check notices when not."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ def test_a_stale_page_is_named(tmp_path):
     shutil.copyfile(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     shutil.copytree(ROOT / "scripts", tmp_path / "scripts")
     shutil.copytree(ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    fixtures = tmp_path / "tests/unit/fixtures"  # docs/troubleshooting.md counts diagnose's hits on the corpus
+    for corpus in ("failure_reports", "failure_reports_unseen"):
+        shutil.copytree(ROOT / "tests/unit/fixtures" / corpus, fixtures / corpus)
+    shutil.copyfile(ROOT / "tests/unit/fixtures/corpus_causes.tsv", fixtures / "corpus_causes.tsv")
     for rel in gen_docs.PAGES:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ROOT / rel, tmp_path / rel)

@@ -8,11 +8,16 @@ the iteration reader (numerics) and kept, boundedly, when it looks like a failur
 with the crash readers the launcher shares (``crashes.rank_crashes`` over the crash reports captured while
 streaming); faulthandler files, facts and watchdog events per ``base.run_files``; flight-recorder
 dumps with torch's analyzer (``flight_recorder``), the diverging collective's frames placed in the
-schedule (``schedule``). Findings are ranked: specific before generic, then by confidence, then by
-how many lines matched. Two or more PATHs that each hold iteration lines are also compared as runs
-(first = reference): a candidate not faster than the reference is a no-speed-up finding, with the
-reasons the facts give. ``UsageError`` for a path that cannot be read; never any other exception
-for what is inside the files.
+schedule (``schedule``); a hang says which MoE layer each rank was last in when a watchdog event carries
+it, and that the layer is not in the evidence otherwise. ``AssertionError`` / ``ValueError`` /
+``RuntimeError`` lines no hand-written signature names are looked up in the installed Megatron-Core /
+Megatron-Bridge source (``upstream_checks``). A NaN/Inf found by MCore names the rank and iteration.
+Findings are ranked: specific before generic, then by confidence, then by how many lines matched.
+Two or more PATHs that each hold iteration lines are also compared as runs (first = reference): a
+candidate not faster than the reference is a no-speed-up finding, with the reasons the facts give;
+every no-speed-up finding adds the step-time model's prediction from the plan.json beside the logs,
+or says there is none (``prediction``). ``UsageError`` for a path that cannot be read; never any
+other exception for what is inside the files.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import crashes, flight_recorder, schedule
+from . import crashes, flight_recorder, prediction, schedule, upstream_checks
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -54,6 +59,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     patterned = [s for s in sigs if s.patterns]
     combined = re.compile("|".join(f"(?:{p})" for s in patterned for p in s.patterns))
     series = IterationSeries()
+    raised = upstream_checks.RaisedErrors()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -70,6 +76,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
                     if any(p.search(text) for p in s.compiled()):
                         finding(s.id).add(f"{where}: {shown}")
             series.feed(text, where)
+            raised.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -87,12 +94,16 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
         diagnosis.read.append(f"faulthandler output of rank(s) {', '.join(sorted(str(s.rank) for s in ev.faulthandler))}")
 
     _numerics(series, finding)
+    _upstream(raised, findings)
     _crashes(crash_text, finding)
     _facts(ev, sigs, finding, diagnosis)
     _watchdog(ev, finding, diagnosis)
     _flight_recorder(ev, finding, diagnosis)
     if len(per_path_series) >= 2:
         _compare_runs(paths, per_path_series, ev, finding)
+    _nan_iteration(findings)
+    _predicted_gain(paths, findings)
+    _hang_layer(ev, findings)
 
     for f in findings.values():
         if f.signature.rule and f.signature.facts_pass and ev.facts:
@@ -127,6 +138,51 @@ def _numerics(series: IterationSeries, finding) -> None:
     for a in series.anomalies:
         if a.kind in ("non-finite-loss", "nan-iterations", "grad-norm-blowup", "loss-spike"):
             finding(a.kind).add(f"{a.where}: iteration {a.iteration}: {a.detail}")
+
+
+def _upstream(raised: upstream_checks.RaisedErrors, findings: dict[str, Finding]) -> None:
+    """The errors no hand-written signature already names, looked up in the installed upstream source."""
+    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
+    fresh = [e for e in raised.errors if not any(e.message[:120] in line for line in named)]
+    for f in upstream_checks.findings(fresh):
+        findings.setdefault(f.signature.id, f)
+
+
+_UNEXPECTED = re.compile(r"Rank (\d+),.*?iteration (\d+): Unexpected result (\S+) \(message='([^']*)'")
+
+
+def _predicted_gain(paths: list[str], findings: dict[str, Finding]) -> None:
+    """A no-speed-up finding says what the step-time model predicted for the run's config, or why not."""
+    slow = [f for f in findings.values() if f.signature.symptom == "no-speedup"]
+    words = prediction.lines(paths) if slow else []
+    for f in slow:
+        f.detail += words
+
+
+def _nan_iteration(findings: dict[str, Finding]) -> None:
+    """Which rank saw which non-finite value at which iteration, from MCore's rerun state machine's line."""
+    f = findings.get("non-finite-loss-detected")
+    seen = set()
+    for line in f.evidence if f else []:
+        if (m := _UNEXPECTED.search(line)) and m.groups() not in seen:
+            seen.add(m.groups())
+            f.detail.append(f"rank {m.group(1)}: {m.group(3)} at iteration {m.group(2)} ({m.group(4)})")
+
+
+def _hang_layer(ev: Evidence, findings: dict[str, Finding]) -> None:
+    """A hang names the MoE layer each rank was last in when a watchdog stall event carries it, and says
+    that the layer is not in the evidence otherwise (frames and flight-recorder entries do not carry it)."""
+    hangs = [f for f in findings.values() if f.signature.symptom == "hang" and f.signature.id != "progress-stalled"]
+    if not hangs:
+        return
+    layers = [f"rank {e.get('rank')}: MoE layer {e['moe_position'].get('layer')}"
+              for e in ev.watchdog if e.get("event") == "stall" and isinstance(e.get("moe_position"), dict)
+              and e["moe_position"].get("layer") is not None]
+    words = ("layer (the watchdog's last MoE position): " + "; ".join(layers) if layers else
+             "layer not in the evidence (no watchdog position recorded; stacks and the flight recorder do not "
+             "carry the layer)")
+    for f in hangs:
+        f.detail.append(words)
 
 
 def _crashes(crash_text: dict[str, str], finding) -> None:

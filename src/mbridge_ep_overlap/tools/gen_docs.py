@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from ..diagnose import docs as troubleshooting
 from .cli_docs import cli_page
 from .exits import OneLineArgumentParser, run_reporting_errors
 from .layout_docs import layout_page
@@ -29,8 +30,11 @@ PAGES: dict[str, Callable[[Path], str]] = {
     "docs/rules.md": lambda root: rules_page(),
     "docs/cli.md": cli_page,
     "docs/layout.md": layout_page,
+    "docs/troubleshooting.md": lambda root: troubleshooting.body(
+        root / "tests/unit/fixtures/failure_reports", root / "tests/unit/fixtures/corpus_causes.tsv",
+        root / "tests/unit/fixtures/failure_reports_unseen"),
     # One more generated page is one more entry: its path, and a function of the checkout's root
-    # returning its text (e.g. docs/troubleshooting.md built from the failure signatures).
+    # returning its text.
 }
 
 

@@ -19,7 +19,7 @@ SYMPTOMS = {
 }
 
 
-FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "crash", "runs")
+FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "crash", "runs", "upstream-source")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +50,8 @@ class Signature:
     """What recognises it: "patterns" (a line of text), or the reader of structured evidence that
     raises it: "numerics" (MB's iteration lines), "flight-recorder" (torch's analyzer), "watchdog",
     "facts" (the effective facts every rank writes), "crash" (faulthandler / torchrun exit codes),
-    "runs" (two runs' step times compared)."""
+    "runs" (two runs' step times compared), "upstream-source" (an error's message found in the installed
+    Megatron-Core / Megatron-Bridge source, ``diagnose.upstream_checks``)."""
     facts_pass: Callable[[dict], bool | None] | None = field(default=None, compare=False)
     """From a rank's effective facts (``base.run_files.FACT_KEYS``): False when they show this failure's
     condition (which is then what ``rule`` refuses), True when they rule it out, None where they do not say.

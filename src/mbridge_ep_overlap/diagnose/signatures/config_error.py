@@ -1,6 +1,8 @@
 """Upstream assertion or config error: MCore's ``TransformerConfig.__post_init__`` asserts and MB's
 validation errors that an EP-overlap configuration meets at finalize. Each names the rule of this
-library that refuses the same configuration before the run (``plan``, ``enable_ep_overlap``)."""
+library that refuses the same configuration before the run (``plan``, ``enable_ep_overlap``).
+``UPSTREAM_CHECK`` is the row of the general case: any Megatron-Core / Megatron-Bridge check, named by
+finding its message in the installed source (``diagnose.upstream_checks`` makes one per check found)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,21 @@ def _assert(id: str, text: str, cause: str, fix: str, rule: str, facts_pass=None
                      versions=_MCORE, facts_pass=facts_pass)
 
 
+UPSTREAM_CHECK = Signature(
+    id="upstream-check", symptom="config-error", patterns=(),
+    cause="An AssertionError / ValueError / RuntimeError raised by a check in Megatron-Core or Megatron-Bridge "
+          "(its traceback runs through megatron/core or megatron/bridge, or the message stands alone): the "
+          "message is found in the installed source, and the check's file:line and condition (the assert "
+          "expression, or the if above the raise) are the cause.",
+    fix="the fix of the rule of this library that mirrors the check when one does; else change the "
+        "configuration so that the check's condition holds ('the check at FILE:LINE requires CONDITION')",
+    source="installed:mbridge_ep_overlap/diagnose/upstream_source.py", emitted=(), confidence=0.88,
+    found_by="upstream-source",
+    versions="the installed megatron-core / megatron-bridge; a message not in their source word for word "
+             "(reworded, another version) names the nearest check at 55%")
+
 SIGNATURES = (
+    UPSTREAM_CHECK,
     _assert("overlap-needs-expert-parallel",
             "overlap_moe_expert_parallel_comm is only supported with expert model parallelism",
             "EP overlap was switched on with expert_model_parallel_size == 1: there is no all-to-all to hide.",

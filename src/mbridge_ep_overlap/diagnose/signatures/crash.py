@@ -44,3 +44,21 @@ SIGNATURES += (
                  "address 0xfeffffff95)",),
         corpus_report="deepep-126", confidence=0.4, generic=True),
 )
+
+SIGNATURES += (
+    Signature(
+        id="zero-tokens-reshape", symptom="crash",
+        patterns=(r"shape '\[[-0-9, ]+\]' is invalid for input of size 0\b",
+                  r"cannot reshape tensor of 0 elements into shape",),
+        cause="A reshape/view of a zero-element tensor: with expert parallelism a rank (or one of its local "
+              "experts) can receive zero tokens in a step, and a dispatch/permute/combine path that views the "
+              "empty tensor to a fixed shape (the hidden shape, or a -1 dimension) fails.",
+        fix="read the failing frame: if it is MCore's token dispatcher / permute, upgrade to a megatron-core with "
+            "zero-token handling there, or avoid ranks without tokens (a larger micro batch x sequence length, "
+            "moe_expert_capacity_factor with padding, a load-balancing loss); report upstream with the shapes",
+        source="installed:torch/lib/libtorch_cpu.so",
+        emitted=("RuntimeError: shape '[2048, 1, 4096]' is invalid for input of size 0",
+                 "RuntimeError: cannot reshape tensor of 0 elements into shape [-1, 0] because the unspecified "
+                 "dimension size -1 can be any value and is ambiguous"),
+        confidence=0.7, versions="torch 2.x"),
+)

@@ -99,3 +99,39 @@ SIGNATURES += (
         confidence=0.9, found_by="facts", facts_pass=_deepep_nvshmem_pairing_ok, facts_keys=("versions",),
         versions="DeepEP 1.2.1 x NVSHMEM >= 3.5.19"),
 )
+
+# The dynamic loader's own words (glibc's dlerror text), which CPython's import of a compiled extension
+# raises as ImportError / OSError: a missing versioned symbol of the C++ runtime, or a missing symbol.
+_LOADER = "installed:python3.12 (importlib: the dynamic loader's dlerror text of a compiled extension)"
+
+SIGNATURES += (
+    Signature(
+        id="extension-needs-newer-libstdcxx", symptom="install",
+        patterns=(r"version [`']?(GLIBCXX|CXXABI)_[0-9.]+'? not found",
+                  r"(ImportError|OSError): \S+\.so[^:]*: undefined symbol: _ZN?K?St",),
+        cause="A compiled extension (deep_ep, transformer_engine, grouped_gemm, apex, ...) was built against a "
+              "newer libstdc++ / C++ ABI than the runtime the Python process loads (often a conda "
+              "environment's older libstdc++.so.6 shadowing the system one): a libstdc++ symbol it needs is "
+              "missing at import.",
+        fix="build the extension with the same compiler and libstdc++ the job runs with, or make the runtime "
+            "load the newer libstdc++ (install a newer libstdcxx-ng in the conda environment, or put the "
+            "system's libstdc++ first, e.g. LD_PRELOAD of /usr/lib/x86_64-linux-gnu/libstdc++.so.6); "
+            "`strings libstdc++.so.6 | grep GLIBCXX` shows which versions the runtime has",
+        source=_LOADER,
+        emitted=("ImportError: /opt/conda/lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by "
+                 "/opt/conda/lib/python3.12/site-packages/deep_ep_cpp.cpython-312-x86_64-linux-gnu.so)",
+                 "ImportError: /opt/conda/lib/python3.12/site-packages/deep_ep_cpp.cpython-312-x86_64-linux-gnu.so: "
+                 "undefined symbol: _ZNSt15__exception_ptr13exception_ptr9_M_addrefEv"),
+        confidence=0.85, versions="any compiled extension"),
+    Signature(
+        id="extension-built-for-other-torch", symptom="install",
+        patterns=(r"(ImportError|OSError): \S+\.so[^:]*: undefined symbol: _ZN(K?)(3c10|2at|5torch|6caffe2)",),
+        cause="A compiled extension (deep_ep, transformer_engine, ...) was built against another torch than the "
+              "one installed: a torch / c10 C++ symbol it links to is missing at import.",
+        fix="rebuild the extension against the installed torch (pip install --no-build-isolation from source), "
+            "or install the build made for this torch version",
+        source=_LOADER,
+        emitted=("ImportError: /usr/local/lib/python3.12/dist-packages/transformer_engine/transformer_engine_torch"
+                 ".cpython-312-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",),
+        confidence=0.8, versions="any compiled extension"),
+)

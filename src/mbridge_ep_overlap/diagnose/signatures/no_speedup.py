@@ -1,5 +1,7 @@
 """No speed-up: the run trains, but EP overlap hides nothing. Read from the effective facts every
-rank writes at start (``base.run_files``) and from upstream's own warnings."""
+rank writes at start (``base.run_files``) and from upstream's own warnings. Every no-speed-up finding
+also says what the step-time model predicted for the run's config (``diagnose.prediction``: the
+plan.json beside the logs), or that no config is there."""
 
 from __future__ import annotations
 

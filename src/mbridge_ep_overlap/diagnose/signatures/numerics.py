@@ -11,6 +11,16 @@ _FIX = ("compare with the same run with overlap off (verify-log OFF.log ON.log);
 
 SIGNATURES = (
     Signature(
+        id="non-finite-loss-detected", symptom="numerics",
+        patterns=(r"iteration \d+: Unexpected result (nan|inf|-inf) ",),
+        cause="MCore's rerun state machine found a NaN/Inf loss or grad norm at the iteration it names and "
+              "stopped the rank (check_for_nan_in_loss_and_grad); the other ranks then wait for it in the next "
+              "collective, so the run looks like a hang - the NaN is the cause.",
+        fix=_FIX, source="installed:megatron/core/rerun_state_machine.py",
+        emitted=("RuntimeError: Rank 0, node vm, device 0, iteration 5: Unexpected result nan "
+                 "(message='found NaN in local forward loss calculation')",),
+        confidence=0.92, versions="megatron-core 0.10+"),
+    Signature(
         id="nan-iterations", symptom="numerics",
         patterns=(r"number of nan iterations:\s+[1-9][0-9]*",),
         cause="MB counted iterations whose gradients held NaN/Inf (the optimizer step was skipped): the "

@@ -1,0 +1,134 @@
+"""Upstream config errors in general: an error raised by a Megatron-Core / Megatron-Bridge check, named
+by finding its message in the installed source (``upstream_source``).
+
+Contract
+--------
+``RaisedErrors.feed(text, where)`` is fed every line of a log; it keeps the ``AssertionError:`` /
+``ValueError:`` / ``RuntimeError:`` lines (torchrun's ``[rankN]:`` prefix removed) with the traceback
+frames above them. An error is looked up when its frames are under ``megatron/core`` or
+``megatron/bridge``, or when it has no frames at all; an error whose traceback runs only through other
+packages (DeepEP, torch, a user script) is not. ``findings(errors)`` gives one ``Finding`` per check
+named: a signature made from the ``upstream-check`` row (``signatures.config_error``) whose id is
+``upstream-check:FILE:LINE``, cause "the check at FILE:LINE requires CONDITION", and the fix of the rule
+of this library that mirrors that check (its ``upstream_match`` matches the message) when one does,
+else the check itself. A message that is not in the installed source word for word (reworded, or from
+another version) names the nearest check with a lower confidence and says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+
+from . import upstream_source
+from .report import Finding
+from .signatures.config_error import UPSTREAM_CHECK
+
+ERROR_LINE = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s*)*(?:[\w.]+\.)?(AssertionError|ValueError|RuntimeError|"
+                        r"TypeError|NotImplementedError): (.{8,})$")
+FRAME = re.compile(r'^(?:\[(?:rank|default)\d+\]:\s*)*\s*File "([^"]+)", line (\d+), in (\S+)')
+UPSTREAM_FRAME = re.compile(r"megatron/(core|bridge)/")
+EXACT_CONFIDENCE = 0.88
+NEAREST_CONFIDENCE = 0.55
+MAX_ERRORS = 8
+SPECIFIC_PATTERN = 30
+"""A rule's upstream message pattern this long names its check in either package."""
+
+
+@dataclass
+class RaisedError:
+    kind: str
+    message: str
+    where: str
+    frames: list[tuple[str, int, str]] = field(default_factory=list)
+    """(file, line, function) of the traceback above it, outermost first."""
+
+    @property
+    def upstream_frame(self) -> tuple[str, int, str] | None:
+        return next((f for f in reversed(self.frames) if UPSTREAM_FRAME.search(f[0])), None)
+
+    @property
+    def looked_up(self) -> bool:
+        return not self.frames or self.upstream_frame is not None
+
+
+class RaisedErrors:
+    def __init__(self) -> None:
+        self.errors: list[RaisedError] = []
+        self._frames: list[tuple[str, int, str]] = []
+
+    def feed(self, text: str, where: str) -> None:
+        if "Traceback (most recent call last)" in text:
+            self._frames = []
+        elif m := FRAME.match(text):
+            self._frames.append((m.group(1), int(m.group(2)), m.group(3)))
+        elif m := ERROR_LINE.match(text.strip()):
+            message = m.group(2).strip()
+            if len(self.errors) < MAX_ERRORS and all(e.message != message for e in self.errors):
+                self.errors.append(RaisedError(m.group(1), message, where, self._frames))
+            self._frames = []
+
+
+def findings(errors: list[RaisedError]) -> list[Finding]:
+    out: dict[str, Finding] = {}
+    for e in errors:
+        frame = e.upstream_frame
+        hint = ("megatron/" + frame[0].split("/megatron/", 1)[-1], frame[1]) if frame and "/megatron/" in frame[0] \
+            else ("", 0)
+        if not e.looked_up or not (match := upstream_source.find(e.message, *hint)):
+            continue
+        sig = _signature(e, match)
+        f = out.setdefault(sig.id, Finding(sig))
+        f.add(f"{e.where}: {e.kind}: {e.message[:240]}")
+        f.detail += _detail(e, match)
+    return list(out.values())
+
+
+def _signature(e: RaisedError, match: upstream_source.Match):
+    c = match.check
+    rule = _mirroring_rule(e.message, c)
+    versions = ("the installed version (the message is in its source word for word)" if match.exact else
+                f"not the installed version: the message is not in its source word for word (reworded, or "
+                f"from another version); nearest check, {match.ratio:.0%} alike")
+    cause = f"The check at {c.where} requires {c.condition}" + ("." if match.exact else
+            f" (the nearest check in the installed source: the run's version words it differently).")
+    fix = rule.fix if rule else f"change the configuration so that {c.condition} holds (the check at {c.where})"
+    return dataclasses.replace(
+        UPSTREAM_CHECK, id=f"{UPSTREAM_CHECK.id}:{c.where}", cause=cause, fix=fix,
+        source=f"installed:{c.where}", emitted=(c.literal,), versions=versions,
+        confidence=EXACT_CONFIDENCE if match.exact else NEAREST_CONFIDENCE, rule=rule.id if rule else None)
+
+
+def _detail(e: RaisedError, match: upstream_source.Match) -> list[str]:
+    c = match.check
+    out = [f"upstream check: {c.where} ({c.kind}): requires {c.condition}",
+           f"upstream message: {c.literal}"]
+    if (frame := e.upstream_frame) is not None:
+        raised_at = f"{frame[0]}:{frame[1]} in {frame[2]}"
+        out.append(f"raised at {raised_at} in the run" + ("" if frame[0].endswith(c.file) and frame[1] == c.line
+                                                          else f"; installed source has the check at {c.where}"))
+    if not match.exact:
+        out.append("the message is not in the installed version's source: it was reworded, or comes from "
+                   "another version; the check named is the nearest one")
+    return out
+
+
+def _mirroring_rule(message: str, check: upstream_source.Check):
+    """The rule of this library that mirrors the check: its upstream message pattern matches the message
+    (or the check's text), and a short pattern ('is supported for') only for a check in the package its
+    upstream check lives in (MCore and MB repeat some checks, so a long pattern counts in either); the
+    longest such pattern when several do."""
+    from ..core.rules import RULES  # function-level: loads the rule table only when a check is named
+
+    package = "/".join(check.file.split("/")[:2])
+    fitting = []
+    for rule in RULES:
+        where = rule.upstream.source
+        longest = max((len(part) for part in rule.upstream_match.split("|")), default=0)
+        if longest < 12 or not where or (longest < SPECIFIC_PATTERN and not where[0].startswith(package)):
+            continue
+        pattern = re.compile(rule.upstream_match)
+        if pattern.search(message) or pattern.search(check.literal):
+            fitting.append(rule)
+    return max(fitting, key=lambda r: len(r.upstream_match), default=None)

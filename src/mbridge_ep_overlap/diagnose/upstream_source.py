@@ -1,0 +1,284 @@
+"""The checks in the installed Megatron-Core and Megatron-Bridge source, found by the message they raise.
+
+Contract
+--------
+``checks()`` scans the ``.py`` files of the installed ``megatron/core`` and ``megatron/bridge`` once per
+process (cached; located with ``importlib.util.find_spec``, so neither package is imported) and returns
+every ``assert COND, MSG`` and every ``raise AssertionError|ValueError|RuntimeError|...(MSG)`` whose
+message has literal text: its file (relative to the site directory, ``megatron/core/...``), line, the
+condition (the ``assert`` expression, or the ``if`` above the raise, negated when the raise is in its
+body), and the message as a pattern (the literal parts of an f-string, ``%``- or ``.format``-string kept,
+every placeholder a wildcard). ``find(message)`` gives the check whose pattern matches the whole
+message (the one with the most literal text first), else the nearest one by text similarity with
+``exact=False``, else None. A file that cannot be read or parsed is skipped, never raised.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import functools
+import importlib.util
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGES = ("megatron.core", "megatron.bridge")
+RAISED = {"AssertionError", "ValueError", "RuntimeError", "TypeError", "NotImplementedError", "KeyError"}
+NEAREST_MIN_RATIO = 0.72
+"""How alike (difflib ratio of the literal text) a reworded message must be to name a check at all."""
+_MIN_LITERAL = 12
+_PLACEHOLDER = re.compile(r"%[-#0 +]*\d*(?:\.\d+)?[sdrfgexiu%]|\{[^{}]*\}")
+
+
+@dataclass(frozen=True)
+class Check:
+    file: str
+    """Relative to the site directory: ``megatron/core/transformer/transformer_config.py``."""
+    line: int
+    kind: str
+    """The exception it raises (``AssertionError`` for an ``assert``)."""
+    condition: str
+    """What the check requires, as Python source."""
+    literal: str
+    """The message's literal text, placeholders as ``...``."""
+    pattern: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def matches(self, message: str) -> bool:
+        return _compiled(self.pattern).fullmatch(message.strip()) is not None
+
+
+@dataclass(frozen=True)
+class Match:
+    check: Check
+    exact: bool
+    ratio: float
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(pattern: str) -> re.Pattern:
+    return re.compile(pattern, re.DOTALL)
+
+
+def roots() -> list[Path]:
+    """The installed package folders of ``PACKAGES`` (those that are installed)."""
+    found = []
+    for name in PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for loc in (spec.submodule_search_locations or []) if spec else []:
+            found.append(Path(loc))
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def sources() -> tuple[tuple[str, str], ...]:
+    """(relative path, text) of every ``.py`` file of the installed packages, read once."""
+    out = []
+    for root in roots():
+        site = root.parents[1]
+        for path in sorted(root.rglob("*.py")):
+            try:
+                out.append((path.relative_to(site).as_posix(), path.read_text(encoding="utf-8", errors="replace")))
+            except OSError:
+                continue
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def file_checks(rel: str) -> tuple[Check, ...]:
+    """The checks of one file of ``sources()`` (parsed the first time a message points to it)."""
+    text = dict(sources()).get(rel)
+    if text is None:
+        return ()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
+    return tuple(_file_checks(tree, rel))
+
+
+def checks() -> tuple[Check, ...]:
+    """Every check of every file (parses them all: for tests and listings, not for one message)."""
+    return tuple(c for rel, _ in sources() for c in file_checks(rel))
+
+
+@functools.lru_cache(maxsize=256)
+def find(message: str, raised_in: str = "", raised_line: int = 0) -> Match | None:
+    """The check that raises ``message``; ``raised_in`` / ``raised_line`` (the traceback's innermost
+    upstream frame, ``megatron/...`` relative) choose between checks that word it alike (MB repeats
+    some of MCore's messages), the same file first, then the nearest line."""
+    message = message.strip()
+    if not message:
+        return None
+    files = _candidate_files(message)
+    if raised_in and raised_in in dict(sources()) and raised_in not in files:
+        files.append(raised_in)
+    candidates = [c for rel in files for c in file_checks(rel)]
+
+    def rank(c: Check) -> tuple:
+        return (c.file == raised_in, -abs(c.line - raised_line) if c.file == raised_in else 0,
+                len(c.literal.replace("...", "")))
+
+    exact = [c for c in candidates if c.matches(message)]
+    if exact:
+        return Match(max(exact, key=rank), True, 1.0)
+    return _nearest(message, candidates, raised_in)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]+", text.lower()) if len(w) > 1}
+
+
+def _candidate_files(message: str, keep: int = 20) -> list[str]:
+    """The files that hold most of the message's words and word pairs, a rare one counting for more (a
+    message's literal text is in its file; 'not' and 'with' are in every file, 'not supported' in fewer)."""
+    seq = re.findall(r"[A-Za-z_][A-Za-z0-9_]+", message.lower())
+    terms = set(_words(message)) | {f"{a} {b}" for a, b in zip(seq, seq[1:])}
+    if not terms:
+        return []
+    texts = _lowered()
+    weight: dict[str, float] = {}
+    for term in terms:
+        rels = [rel for rel, lower in texts if term in lower]
+        for rel in rels:
+            weight[rel] = weight.get(rel, 0.0) + (2.0 if " " in term else 1.0) / len(rels)
+    return [rel for rel, _ in sorted(weight.items(), key=lambda t: (-t[1], t[0]))[:keep]]
+
+
+@functools.lru_cache(maxsize=1)
+def _lowered() -> tuple[tuple[str, str], ...]:
+    return tuple((rel, text.lower()) for rel, text in sources())
+
+
+def similarity(message: str, check: Check) -> float:
+    """How alike a message and a check's literal text are: the better of the character ratio and the
+    word overlap (a reworded message often keeps the words in another order)."""
+    theirs, ours = _words(check.literal), _words(message)
+    overlap = len(ours & theirs) / max(len(ours | theirs), 1)
+    ratio = difflib.SequenceMatcher(None, message, check.literal.replace("...", "")).ratio()
+    return max(ratio, overlap)
+
+
+def _nearest(message: str, candidates: list[Check], raised_in: str = "") -> Match | None:
+    best: Match | None = None
+    for c in sorted(candidates, key=lambda c: c.file != raised_in):
+        score = similarity(message, c)
+        if score >= NEAREST_MIN_RATIO and (best is None or score > best.ratio):
+            best = Match(c, False, score)
+    return best
+
+
+# ---- reading one file -------------------------------------------------------------------------------
+
+def _file_checks(tree: ast.AST, rel: str) -> list[Check]:
+    found: list[Check] = []
+
+    assigned: dict[str, ast.expr] = {}
+
+    def visit(node: ast.AST, guard: tuple[ast.expr, bool] | None) -> None:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name):
+                    assigned[target.id] = node.value
+        if isinstance(node, ast.Assert) and node.msg is not None:
+            _add(found, rel, node.lineno, "AssertionError", ast.unparse(node.test), _resolved(node.msg, assigned))
+        elif isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
+            name = node.exc.func.id if isinstance(node.exc.func, ast.Name) else (
+                node.exc.func.attr if isinstance(node.exc.func, ast.Attribute) else "")
+            if name in RAISED or name.endswith("Error"):
+                cond = "" if guard is None else _negated(guard[0]) if guard[1] else ast.unparse(guard[0])
+                _add(found, rel, node.lineno, name, cond, _resolved(node.exc.args[0], assigned))
+        if isinstance(node, ast.If):
+            visit(node.test, guard)
+            for child in node.body:
+                visit(child, (node.test, True))
+            for child in node.orelse:
+                visit(child, (node.test, False) if not _is_elif(node) else guard)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, None if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else guard)
+
+    visit(tree, None)
+    return found
+
+
+def _resolved(msg: ast.expr, assigned: dict[str, ast.expr]) -> ast.expr:
+    """A message held in a variable: the value last assigned to it above (``msg = f"..."; raise X(msg)``)."""
+    return assigned.get(msg.id, msg) if isinstance(msg, ast.Name) else msg
+
+
+def _negated(test: ast.expr) -> str:
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return ast.unparse(test.operand)
+    return f"not ({ast.unparse(test)})"
+
+
+def _is_elif(node: ast.If) -> bool:
+    return len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)
+
+
+def _add(found: list[Check], rel: str, line: int, kind: str, condition: str, msg: ast.expr) -> None:
+    parts = _parts(msg)
+    if parts is None:
+        return
+    literal = "".join("..." if p is None else p for p in parts)
+    if len(literal.replace("...", "").strip()) < _MIN_LITERAL:
+        return
+    pattern = "".join(".*?" if p is None else re.escape(p.strip() if i in (0, len(parts) - 1) else p)
+                      for i, p in enumerate(parts))
+    found.append(Check(rel, line, kind, condition or "(unconditional)", literal.strip(), pattern))
+
+
+def _parts(node: ast.expr) -> list[str | None] | None:
+    """The message as literal pieces and placeholders (None); None when it has no literal text."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return _split_placeholders(node.value)
+    if isinstance(node, ast.JoinedStr):
+        out: list[str | None] = []
+        for v in node.values:
+            out += [v.value] if isinstance(v, ast.Constant) and isinstance(v.value, str) else [None]
+        return _merge(out)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        return _parts(node.left)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _parts(node.left), _parts(node.right)
+        return _merge((left or [None]) + (right or [None])) if (left or right) else None
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"):
+        return _parts(node.func.value)
+    return None
+
+
+def _split_placeholders(text: str) -> list[str | None]:
+    out: list[str | None] = []
+    pos = 0
+    for m in _PLACEHOLDER.finditer(text):
+        if m.group() == "%%":
+            continue
+        out += [text[pos:m.start()], None]
+        pos = m.end()
+    out.append(text[pos:])
+    return _merge(out)
+
+
+def _merge(parts: list[str | None]) -> list[str | None]:
+    out: list[str | None] = []
+    for p in parts:
+        if p == "":
+            continue
+        if p is None and out and out[-1] is None:
+            continue
+        if isinstance(p, str) and out and isinstance(out[-1], str):
+            out[-1] += p
+            continue
+        out.append(p)
+    return out
