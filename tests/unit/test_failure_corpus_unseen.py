@@ -1,11 +1,13 @@
-"""Schema of the unseen failure-report set (``tests/unit/fixtures/failure_reports_unseen/``).
+"""Schema of the unseen failure-report sets (``tests/unit/fixtures/failure_reports_unseen*/``).
 
-The set is a second, separately collected group of real upstream failure reports, kept apart from
+Each set is a separately collected group of real upstream failure reports, kept apart from
 ``failure_reports/`` so that ``diagnose`` can be measured on reports its signatures were not written
-from. These tests check only the data: every file has exactly the corpus keys with the corpus types,
-is marked ``split: "unseen"``, points at the upstream thread its id names, repeats no report (id or
-thread) of the main corpus, and is listed in the folder's README table with the same class and
-recognisability. They read no ``diagnose`` code.
+from: ``failure_reports_unseen/`` (collected 2026-12-01) and ``failure_reports_unseen2/`` (collected
+2026-12-02). These tests check only the data: every file has exactly the corpus keys with the corpus
+types, is marked ``split: "unseen"``, points at the upstream thread its id names, repeats no report
+(id or thread) of the main corpus or of an earlier unseen set, and is listed in its folder's README
+table with the same class and recognisability; the second set's ``labels.tsv`` lists every report
+with the same recognisability. They read no ``diagnose`` code.
 """
 
 from __future__ import annotations
@@ -17,8 +19,13 @@ from pathlib import Path
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
-UNSEEN = FIXTURES / "failure_reports_unseen"
 MAIN = FIXTURES / "failure_reports"
+# In collection order: a later set may repeat nothing of the main corpus or of any set before it.
+UNSEEN_SETS = {
+    "unseen": FIXTURES / "failure_reports_unseen",
+    "unseen2": FIXTURES / "failure_reports_unseen2",
+}
+MINIMUM_REPORTS = {"unseen": 15, "unseen2": 16}
 
 KEYS = (
     "id", "project", "source_url", "title", "date", "log", "maintainers_cause", "cause",
@@ -36,23 +43,25 @@ SYMPTOM_CLASSES = {
     "no-speedup", "unsupported-hardware", "install-build", "oom", "other",
 }
 OPTIONAL_TEXT = ("date", "maintainers_cause", "cause", "fix", "versions")
-MINIMUM_REPORTS = 15
+LABEL_COLUMNS = ("id", "recognisable", "maintainers_cause")
 
 
 def _reports(folder: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))}
 
 
-UNSEEN_REPORTS = _reports(UNSEEN)
+REPORTS = {name: _reports(folder) for name, folder in UNSEEN_SETS.items()}
+CASES = [(name, stem) for name, reports in REPORTS.items() for stem in sorted(reports)]
 
 
-def test_the_unseen_set_holds_enough_reports():
-    assert len(UNSEEN_REPORTS) >= MINIMUM_REPORTS
+@pytest.mark.parametrize("name", sorted(UNSEEN_SETS))
+def test_each_unseen_set_holds_enough_reports(name):
+    assert len(REPORTS[name]) >= MINIMUM_REPORTS[name]
 
 
-@pytest.mark.parametrize("stem", sorted(UNSEEN_REPORTS))
-def test_report_has_exactly_the_corpus_keys_with_their_types(stem):
-    report = UNSEEN_REPORTS[stem]
+@pytest.mark.parametrize(("name", "stem"), CASES)
+def test_report_has_exactly_the_corpus_keys_with_their_types(name, stem):
+    report = REPORTS[name][stem]
     assert tuple(report) == KEYS
     assert report["id"] == stem
     for key in ("id", "project", "source_url", "title", "log", "symptom_class", "split"):
@@ -67,47 +76,65 @@ def test_report_has_exactly_the_corpus_keys_with_their_types(stem):
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", report["date"])
 
 
-@pytest.mark.parametrize("stem", sorted(UNSEEN_REPORTS))
-def test_source_url_is_the_thread_the_id_names(stem):
-    report = UNSEEN_REPORTS[stem]
+@pytest.mark.parametrize(("name", "stem"), CASES)
+def test_source_url_is_the_thread_the_id_names(name, stem):
+    report = REPORTS[name][stem]
     match = re.fullmatch(r"https://github\.com/([\w.-]+/[\w.-]+)/(issues|pull)/(\d+)", report["source_url"])
     assert match, report["source_url"]
     assert match.group(1) in REPOSITORY_OF_PROJECT[report["project"]]
     assert stem == f"{report['project']}-{match.group(3)}"
 
 
-@pytest.mark.parametrize("stem", sorted(UNSEEN_REPORTS))
-def test_a_cause_recognisable_from_the_log_is_a_known_cause(stem):
-    report = UNSEEN_REPORTS[stem]
+@pytest.mark.parametrize(("name", "stem"), CASES)
+def test_a_cause_recognisable_from_the_log_is_a_known_cause(name, stem):
+    report = REPORTS[name][stem]
     if report["recognisable_from_log"]:
         assert report["cause"] is not None
     if report["maintainers_cause"] is not None:
         assert report["cause"] is not None
 
 
-def test_no_report_repeats_one_of_the_main_corpus():
+@pytest.mark.parametrize("name", sorted(UNSEEN_SETS))
+def test_no_report_repeats_one_of_the_main_corpus_or_an_earlier_set(name):
     main = _reports(MAIN)
     assert main, "the main corpus is missing"
-    assert not set(UNSEEN_REPORTS) & set(main)
-    main_threads = {r["source_url"] for r in main.values()}
-    assert not {r["source_url"] for r in UNSEEN_REPORTS.values()} & main_threads
+    earlier = [main] + [REPORTS[n] for n in UNSEEN_SETS][: list(UNSEEN_SETS).index(name)]
+    ids = set(REPORTS[name])
+    urls = {r["source_url"] for r in REPORTS[name].values()}
+    for other in earlier:
+        assert not ids & set(other)
+        assert not urls & {r["source_url"] for r in other.values()}
 
 
-def test_each_thread_appears_once():
-    urls = [r["source_url"] for r in UNSEEN_REPORTS.values()]
+@pytest.mark.parametrize("name", sorted(UNSEEN_SETS))
+def test_each_thread_appears_once(name):
+    urls = [r["source_url"] for r in REPORTS[name].values()]
     assert len(urls) == len(set(urls))
 
 
-def test_readme_table_lists_every_report_with_its_class_and_recognisability():
+@pytest.mark.parametrize("name", sorted(UNSEEN_SETS))
+def test_readme_table_lists_every_report_with_its_class_and_recognisability(name):
     rows = {}
-    for line in (UNSEEN / "README.md").read_text(encoding="utf-8").splitlines():
+    for line in (UNSEEN_SETS[name] / "README.md").read_text(encoding="utf-8").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         link = re.fullmatch(r"\[([\w.-]+)\]\((\S+)\)", cells[0]) if len(cells) >= 4 else None
         if link:
             rows[link.group(1)] = (link.group(2), cells[1], cells[2])
-    assert set(rows) == set(UNSEEN_REPORTS)
+    reports = REPORTS[name]
+    assert set(rows) == set(reports)
     for stem, (url, symptom_class, recognisable) in rows.items():
-        report = UNSEEN_REPORTS[stem]
+        report = reports[stem]
         assert url == report["source_url"]
         assert symptom_class == report["symptom_class"]
         assert recognisable == ("yes" if report["recognisable_from_log"] else "no")
+
+
+def test_second_set_labels_list_every_report_with_its_recognisability():
+    lines = (UNSEEN_SETS["unseen2"] / "labels.tsv").read_text(encoding="utf-8").splitlines()
+    assert tuple(lines[0].split("\t")) == LABEL_COLUMNS
+    rows = [line.split("\t") for line in lines[1:]]
+    assert all(len(row) == len(LABEL_COLUMNS) and all(cell.strip() for cell in row) for row in rows)
+    reports = REPORTS["unseen2"]
+    assert sorted(row[0] for row in rows) == sorted(reports)
+    for stem, recognisable, _cause in rows:
+        assert recognisable == ("yes" if reports[stem]["recognisable_from_log"] else "no")
