@@ -56,8 +56,8 @@ from ..spec import RunSpec
 from ..target.cluster import RELEVANT_ENV_VARS, ClusterEnvironment
 from .exits import release_stderr
 from .launch import child_environment, launch
-from .numerics import compare_losses, losses_from_summary
-from .results import VariantResult, load_results, result_from_row  # noqa: F401 - re-exported
+from .numerics import compare_losses
+from .results import VariantResult, load_results, result_from_row, summarize_run  # noqa: F401 - re-exported
 
 LINKS = {"nvlink": {}, "throttled": {"NCCL_P2P_DISABLE": "1"}}
 
@@ -112,6 +112,20 @@ SHAPES = {
 }
 
 
+def parse_variants(text: str, known: dict[str, Variant] | None = None, flag: str = "--variants") -> list[str]:
+    """The variant names of a ``--variants`` comma list, in order (bench and ``launch_slurm.py
+    --variants`` read it here). An unknown, empty or repeated name is bad usage naming it."""
+    known = known or VARIANTS
+    names = [v.strip() for v in str(text).split(",")]
+    for v in names:
+        if v not in known:
+            raise UsageError("variant", v, sorted(known), "unknown" if v else "empty")
+    repeated = sorted({v for v in names if names.count(v) > 1})
+    if repeated:
+        raise UsageError(flag, text, "each variant once (repeated: " + ", ".join(repeated) + ")", "invalid")
+    return names
+
+
 def available_variants() -> dict[str, str]:
     """Variant -> reason it cannot run here ('' when it can), from the same facts the rules read."""
     from ..core import dispatcher
@@ -128,23 +142,6 @@ def available_variants() -> dict[str, str]:
         else:
             why[name] = ""
     return why
-
-
-def summarize_run(variant: str, link: str, summary: dict, warmup: int, tokens_per_step: int) -> VariantResult:
-    steps = summary["steps"]
-    profiled = set(range(*summary["profile"]["steps"])) if summary.get("profile") else set()
-    times = [s["step_time_s"] for i, s in enumerate(steps) if i >= warmup and i not in profiled]
-    losses, skipped = losses_from_summary(summary)
-    r = VariantResult(variant, link, ok=True, step_times=[s["step_time_s"] for s in steps],
-                      losses=losses, skipped=sorted(skipped), finalized=summary.get("finalized", {}))
-    if times:
-        r.median_s = statistics.median(times)
-        r.spread_s = (min(times), max(times))
-        r.tokens_per_s = tokens_per_step / r.median_s
-    r.peak_gib = max(summary.get("peak_memory_gib_per_rank") or [0.0])
-    if summary.get("profile"):
-        r.overlap_efficiency = summary["profile"]["overlap_efficiency"]
-    return r
 
 
 def efficiency(r: VariantResult) -> dict:
@@ -722,7 +719,8 @@ def _main(args) -> int:
                                                    ("min_gain", args.min_gain)) if v is not None})  # else tune's defaults
         return 0 if all(o.winner is not None for o in outcomes) else 1
     extra_variants = {"tuned": load_tuned_variant(Path(args.tuned))} if args.tuned else None
-    results = run_bench(args.recipe, args.nproc, args.variants.split(","), (args.links or "nvlink,throttled").split(","),
+    known = {**VARIANTS, **(extra_variants or {})}
+    results = run_bench(args.recipe, args.nproc, parse_variants(args.variants, known), (args.links or "nvlink,throttled").split(","),
                         Path(args.out or "out/bench"), args.steps or 12, args.warmup, args.profile, args.extra,
                         shape=shape, extra_variants=extra_variants)
     return 0 if all(r.ok or r.error.startswith("skipped") for r in results) else 1

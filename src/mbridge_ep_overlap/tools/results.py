@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import UsageError
 from ..core.sizes import INT64_MAX, shown
+from .numerics import losses_from_summary
 
 
 @dataclass
@@ -56,6 +58,25 @@ class VariantResult:
     disqualified: str = ""
     """Set by ``bench --tune``: why the row may not win (its losses or its peak memory)."""
 
+
+
+def summarize_run(variant: str, link: str, summary: dict, warmup: int, tokens_per_step: int) -> VariantResult:
+    """A row from a run's evidence summary: steady-window median and spread (after ``warmup`` steps,
+    profiled steps excluded), tokens/s, peak memory, losses, the profile analysis."""
+    steps = summary["steps"]
+    profiled = set(range(*summary["profile"]["steps"])) if summary.get("profile") else set()
+    times = [s["step_time_s"] for i, s in enumerate(steps) if i >= warmup and i not in profiled]
+    losses, skipped = losses_from_summary(summary)
+    r = VariantResult(variant, link, ok=True, step_times=[s["step_time_s"] for s in steps],
+                      losses=losses, skipped=sorted(skipped), finalized=summary.get("finalized", {}))
+    if times:
+        r.median_s = statistics.median(times)
+        r.spread_s = (min(times), max(times))
+        r.tokens_per_s = tokens_per_step / r.median_s
+    r.peak_gib = max(summary.get("peak_memory_gib_per_rank") or [0.0])
+    if summary.get("profile"):
+        r.overlap_efficiency = summary["profile"]["overlap_efficiency"]
+    return r
 
 
 # ---- reading results.json back ------------------------------------------------------------------
