@@ -57,7 +57,7 @@ from ..target.cluster import RELEVANT_ENV_VARS, ClusterEnvironment
 from .exits import release_stderr
 from .launch import child_environment, launch
 from .numerics import compare_losses
-from .results import VariantResult, load_results, result_from_row, summarize_run  # noqa: F401 - re-exported
+from .results import VariantResult, load_results, prediction_lines, result_from_row, summarize_run  # noqa: F401 - re-exported
 
 LINKS = {"nvlink": {}, "throttled": {"NCCL_P2P_DISABLE": "1"}}
 
@@ -303,7 +303,7 @@ def markdown(results: list[VariantResult], title: str) -> str:
             + (f"{e['ideal_step_s']:.3f} | " if e else "- | ")
             + f"{share} | {r.parity}{'; ' + r.disqualified if r.disqualified else ''} | {shape_label(r.finalized)} |"
         )
-    lines += ["", summary_line(results)]
+    lines += ["", summary_line(results), *prediction_lines(results)]
     if estimated:
         lines += ["", "`>=`: idle from a profile recorded before `trace.analyze` measured it (a lower bound, "
                       "short by at most the non-all-to-all collectives' time)."]
@@ -602,20 +602,36 @@ def run_bench(
     return results
 
 
-def report(folders: list[Path], out: Path, title: str) -> list[VariantResult]:
+def report(folders: list[Path], out: Path, title: str, calibration: str | None = None) -> list[VariantResult]:
     """One table and plot from several bench output folders (e.g. one per link or machine run).
 
     Each folder is compared against its own ``off`` rows; the rows are then put side by side. Every
     file is read and checked before anything is computed or written (bad usage names every bad
-    folder, file and row, with its field, in one line).
+    folder, file and row, with its field, in one line). A folder of ``launch_slurm.py --variants``
+    (``variants.json``) is read from its tasks' summaries, and each row's measured step is put beside
+    the step-time model's for that cluster (with the ``calibration`` file when given).
     """
+    from . import slurm_variants
+
+    cal, source = None, "shipped calibration"
+    if calibration is not None:
+        from .calibrate_command import load_calibration
+
+        cal, source = load_calibration(calibration).calibration(), f"calibration {calibration}"
     loaded: list[tuple[Path, list[VariantResult]]] = []
     problems: list[UsageError] = []
     for folder in folders:
         path = Path(folder) / "results.json"
         try:
+            manifest = slurm_variants.read_manifest(Path(folder))
+            if manifest is not None:
+                rows = slurm_variants.array_rows(Path(folder), manifest)
+                slurm_variants.predict_rows(rows, manifest, cal, source)
+                loaded.append((Path(folder), rows))
+                continue
             if not path.exists():
-                raise UsageError("--report folder", str(folder), "a bench output folder holding results.json")
+                raise UsageError("--report folder", str(folder), "a bench output folder holding results.json, or a "
+                                 "launch_slurm.py --variants folder holding variants.json")
             loaded.append((Path(folder), load_results(path)))
         except UsageError as e:
             problems.append(e)
@@ -677,6 +693,9 @@ def add_parser(sub) -> None:
     p.add_argument("--comm-bound", action="store_true", help="same as --shape comm-bound")
     p.add_argument("--out", default=None, help="output folder (default out/bench; --tune: out/tune)")
     p.add_argument("--report", nargs="+", metavar="DIR", help="run nothing: merge these bench output folders into --out")
+    p.add_argument("--calibration", default=None, metavar="FILE",
+                   help="--report: predict the steps of a launch_slurm.py --variants folder with this cluster "
+                        "calibration (written by calibrate)")
     p.add_argument("--tuned", default=None, metavar="TUNED_JSON",
                    help="adds the variant 'tuned': the settings a --tune run wrote (tuned.json)")
     t = p.add_argument_group("tuning (--tune: tools/tune.py)")
@@ -703,9 +722,12 @@ def _main(args) -> int:
         if given:
             raise UsageError("tune-only flags", " ".join(given), "only with --tune (a plain bench names its "
                              "dispatchers in --variants, e.g. --variants off,overlap,hybridep)", "unused")
+    if args.calibration is not None and not args.report:
+        raise UsageError("--calibration", args.calibration, "only with --report (it predicts the steps of a "
+                         "launch_slurm.py --variants folder)", "unused")
     if args.report:
         results = report([Path(d) for d in args.report], Path(args.out or "out/bench"),
-                         f"{args.recipe}: {', '.join(args.report)}")
+                         f"{args.recipe}: {', '.join(args.report)}", calibration=args.calibration)
         return 0 if results else 1
     if args.tune:
         from .tune import tune_links

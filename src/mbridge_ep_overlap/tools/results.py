@@ -57,6 +57,10 @@ class VariantResult:
     """Compute time per step added against off (kernel union; SM / memory contention)."""
     disqualified: str = ""
     """Set by ``bench --tune``: why the row may not win (its losses or its peak memory)."""
+    predicted_s: float | None = None
+    """The step-time model's step for this row's config on the cluster it ran on (a Slurm variant array)."""
+    prediction: str = ""
+    """The calibration ``predicted_s`` was made with, or why none was made."""
 
 
 
@@ -77,6 +81,21 @@ def summarize_run(variant: str, link: str, summary: dict, warmup: int, tokens_pe
     if summary.get("profile"):
         r.overlap_efficiency = summary["profile"]["overlap_efficiency"]
     return r
+
+
+def prediction_lines(results: list[VariantResult]) -> list[str]:
+    """'measured vs predicted' table of the rows a prediction was tried for ([] when none): measured
+    median step, the model's step, error = predicted / measured - 1, and the calibration used."""
+    rows = [r for r in results if r.prediction]
+    if not rows:
+        return []
+    out = ["", "Measured vs predicted (step-time model, docs/prediction.md; error = predicted / measured - 1):", "",
+           "| link | variant | measured step s | predicted step s | error | calibration |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        pred = "-" if r.predicted_s is None else f"{r.predicted_s:.3f}"
+        err = "-" if r.predicted_s is None or not r.median_s else f"{r.predicted_s / r.median_s - 1:+.1%}"
+        out.append(f"| {r.link} | {r.variant} | {r.median_s:.3f} | {pred} | {err} | {r.prediction} |")
+    return out
 
 
 # ---- reading results.json back ------------------------------------------------------------------
@@ -146,6 +165,8 @@ ROW_FIELDS: dict[str, tuple] = {
     "peak_vs_off": _OPTIONAL_FINITE,
     "compute_vs_off_s": _OPTIONAL_FINITE,
     "disqualified": (_text, "a string"),
+    "predicted_s": (_optional(_positive), "a finite number > 0, or null"),
+    "prediction": (_text, "a string"),
 }
 # The profile numbers the report computes with (trace.analyze's OverlapEfficiency); the three read
 # for the table when an all-to-all kernel was recognized (a2a_s > 0) must be there.
