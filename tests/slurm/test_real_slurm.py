@@ -50,7 +50,7 @@ def time_limited(slurm, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def dry(slurm, time_limited, tmp_path_factory):
+def dry(slurm, time_limited, array_build, tmp_path_factory):
     """``launch_slurm.py ... --dryrun > job.sbatch``, as a user types it, with shell metacharacters in
     the work folder's name and in an override (both must reach the job verbatim, never run)."""
     root = tmp_path_factory.mktemp("dry")
@@ -217,16 +217,27 @@ def test_stand_in_the_time_limit_is_enforced(slurm, time_limited):
 
 
 @pytest.fixture(scope="module")
-def array_dry(slurm, time_limited, tmp_path_factory):
-    """``launch_slurm.py --variants off,overlap --dryrun`` (built while the time-limit job runs)."""
+def array_build(slurm, time_limited, tmp_path_factory):
+    """``launch_slurm.py --variants off,overlap --dryrun``, started - not waited for - while the
+    time-limit job runs, so its build overlaps that wait and the other build (``dry`` asks for it)."""
     root = tmp_path_factory.mktemp("array")
     argv = [sys.executable, str(REPO / "scripts" / "launch_slurm.py"), "--recipe", RECIPE, "--nodes", "1",
             "--gpus-per-node", "2", "--gpu", "h200", "--partition", slurm.partition, "--time", "5",
             "--workdir", str(REPO), "--log-dir", str(root / "run"), "--variants", "off,overlap", "--max-steps", "4",
             "--dryrun"]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=root)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return root, result.stdout
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
+    yield root, proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def array_dry(array_build):
+    root, proc = array_build
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    return root, out
 
 
 def test_stand_in_variant_array_each_task_runs_its_variant_and_bench_report_reads_the_folder(slurm, array_dry, capsys):

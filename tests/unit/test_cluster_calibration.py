@@ -179,3 +179,16 @@ def test_rows_of_a_throttled_link_or_another_variant_are_not_used(tmp_path, caps
     assert [r.id for r in measured_rows([str(res)])] == [f"{res}#1"]
     err = capsys.readouterr().err
     assert f"not used: {res}#2 (off, link throttled" in err and f"{res}#3 (overlap+delay_wgrad" in err
+
+
+def test_plan_on_two_nodes_predicts_with_the_fitted_scale_out_link(tmp_path, capsys):
+    fitted = {"gemm_efficiency": 0.42, "memory_efficiency": 0.61, "nvlink_alltoall_efficiency": 0.33}
+    for name, extra in (("kept", {}), ("slow", {SCALE_OUT_FITTED: 0.2})):
+        ClusterCalibration(gpu="h200", fitted={**fitted, **extra}, cluster={}, rows=()).save(tmp_path / f"{name}.json")
+    steps = {}
+    for name in ("kept", "slow"):
+        assert cli(["plan", "--recipe", "qwen3_30b_a3b", "--gpu", "h200", "--num-gpus", "16", "--json",
+                    "--calibration", str(tmp_path / f"{name}.json")]) == 0
+        steps[name] = json.loads(capsys.readouterr().out)["prediction"]
+    assert steps["slow"]["off_step_s"] > steps["kept"]["off_step_s"]  # a NIC at 20% instead of 80% of line rate
+    assert "as calibrated (10.0 GB/s per GPU)" in json.dumps(steps["slow"]) and "as calibrated" not in json.dumps(steps["kept"])

@@ -32,11 +32,11 @@ Stdlib only (``core.sizes`` and ``target.gpus`` are plain data and arithmetic).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from ..target.gpus import match
+from .cluster_calibration import SCALE_OUT, with_scale_out
 from .costs import Calibration, domain_size, hardware
 from .inputs import Cluster, StepInputs, from_config
 from . import memory
@@ -168,8 +168,8 @@ def for_config(cfg: Any, target: Any, *, precision: str | None = None, dispatche
                assume: Mapping[str, Any] | None = None, calibration: Calibration | None = None) -> ConfigPrediction:
     """The prediction for ``cfg`` on ``target`` (module docstring); ``CannotPredict`` otherwise."""
     cluster, assumed = cluster_for(target)
-    if calibration is not None and calibration.links.get("scale-out") and assumed:
-        cluster = dataclasses.replace(cluster, inter_link=calibration.links["scale-out"])
+    if calibration is not None and SCALE_OUT in calibration.links and assumed:
+        cluster = with_scale_out(cluster, calibration)
         assumed = (f"scale-out link as calibrated ({cluster.inter_link.bandwidth_GBps:.1f} GB/s per GPU)",)
     hybrid = hybrid_layers(cfg)
     if hybrid:

@@ -34,7 +34,11 @@ the variant's own profile, and beside it from the ``off`` run's profile. ``bench
 every ``results.json`` whole and checks each row first (``results.result_from_row``: each field's type,
 finite numbers where the report computes; an empty list is no results file): a bad file is bad
 usage naming the file, the row and the field, and nothing is written; the work grows linearly with
-the rows (20,000 rows in seconds). ``summary_line`` names the
+the rows (20,000 rows in seconds). A ``launch_slurm.py --variants`` run folder (``variants.json``) is
+read from its tasks' summaries (``slurm_variants``) and each row gets the step-time model's step for
+that cluster beside its measured one (``--calibration FILE``: with that cluster calibration), in a
+"measured vs predicted" table. ``parse_variants`` reads ``--variants`` for bench and
+``launch_slurm.py`` alike. ``summary_line`` names the
 best share of a set of rows. ``bench --tune`` (``tools.tune``) searches the overlap knobs; a tuned
 result (``tuned.json``) runs as the variant ``tuned`` with ``--tuned PATH``.
 """

@@ -35,6 +35,11 @@ the job takes is printed (``cost_lines``: nodes x GPUs, time limit, GPU-hours, p
 predicted step time and time for the steps) and it is submitted only on confirmation: ``--yes``, or
 ``y`` at the prompt. Without ``--yes`` in a shell that cannot ask (stdin not a terminal) it is exit
 2 before anything is built.
+
+``--variants off,overlap,...`` writes one job array instead, task i running variant i
+(``slurm_variants``: every variant judged first, a refused one refuses all; its own files and
+``bench --report`` layout); ``header``, ``export_lines`` and ``launch_line`` are the parts both
+scripts share.
 """
 
 from __future__ import annotations

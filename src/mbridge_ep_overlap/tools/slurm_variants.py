@@ -81,8 +81,7 @@ def variant_names(args: argparse.Namespace) -> list[str]:
     given = [(flag, getattr(args, dest)) for dest, flag, default in _SET_BY_VARIANT if getattr(args, dest) != default]
     if given:
         dest = {flag: d for d, flag, _ in _SET_BY_VARIANT}
-        why = "; ".join(f"{flag} ({_VARIANT_SYNTAX.get(dest[flag], _VARIANT_SYNTAX['high_priority_a2a'])})"
-                        for flag, _ in given)
+        why = "; ".join(f"{flag} ({_VARIANT_SYNTAX[dest[flag]]})" for flag, _ in given)
         raise UsageError("run flags with --variants", " ".join(f"{f} {v}" for f, v in given),
                          f"none of them: each variant sets them - {why}", "unused")
     names = parse_variants(args.variants)
