@@ -262,8 +262,8 @@ def fit_cluster(rows: Sequence[MeasuredRow], cluster: Cluster, start: Calibratio
             k = math.exp(log_k)
             c = dataclasses.replace(cal, gemm_efficiency=base.gemm_efficiency * k,
                                     memory_efficiency=base.memory_efficiency * k)
-            return sum((predict(inputs[r.id], with_scale_out(cluster, c), c, dispatcher=inputs[r.id].dispatcher).off_step_s / r.median_s - 1) ** 2
-                       for r in offs)
+            return sum((predict(inputs[r.id], with_scale_out(cluster, c), c,
+                                dispatcher=inputs[r.id].dispatcher).off_step_s / r.median_s - 1) ** 2 for r in offs)
         k = math.exp(_golden(err, math.log(0.05), math.log(20.0), tol=1e-6))
         cal = dataclasses.replace(cal, gemm_efficiency=base.gemm_efficiency * k,
                                   memory_efficiency=base.memory_efficiency * k)

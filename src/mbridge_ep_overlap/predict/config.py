@@ -8,8 +8,9 @@ Contract
   (the scale-out link, when the job leaves one NVLink domain); ``CannotPredict`` when the GPU or
   the world size is unknown or the GPU kind has no hardware model (``hardware.json``).
 * ``for_config(cfg, target, *, precision=None, dispatcher=None, assume=None, calibration=None)`` ->
-  ``ConfigPrediction``: with ``calibration`` (a ``Calibration``; None: the shipped one, and a
-  fitted scale-out link in its ``links`` is the cluster's inter-node link), the config's inputs (``inputs.from_config``), the prediction for its
+  ``ConfigPrediction``: with ``calibration`` (a ``Calibration``; None: the shipped one; a fitted
+  scale-out link in its ``links`` is the cluster's inter-node link), the config's inputs
+  (``inputs.from_config``), the prediction for its
   dispatcher (or ``dispatcher``) and every dispatcher ranked (``model.rank_dispatchers``), with
   ``lines()`` for ``plan`` and ``to_dict()`` for its JSON (every number in it finite); every
   failure to predict (unknown GPU, a config the model does not cover - malformed or out-of-range

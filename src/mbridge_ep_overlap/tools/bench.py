@@ -35,7 +35,7 @@ every ``results.json`` whole and checks each row first (``results.result_from_ro
 finite numbers where the report computes; an empty list is no results file): a bad file is bad
 usage naming the file, the row and the field, and nothing is written; the work grows linearly with
 the rows (20,000 rows in seconds). A ``launch_slurm.py --variants`` run folder (``variants.json``) is
-read from its tasks' summaries (``slurm_variants``) and each row gets the step-time model's step for
+read from its tasks' summaries (``results.array_rows``) and each row gets the step-time model's step for
 that cluster beside its measured one (``--calibration FILE``: with that cluster calibration), in a
 "measured vs predicted" table. ``parse_variants`` reads ``--variants`` for bench and
 ``launch_slurm.py`` alike. ``summary_line`` names the
@@ -61,7 +61,8 @@ from ..target.cluster import RELEVANT_ENV_VARS, ClusterEnvironment
 from .exits import release_stderr
 from .launch import child_environment, launch
 from .numerics import compare_losses
-from .results import VariantResult, load_results, prediction_lines, result_from_row, summarize_run  # noqa: F401 - re-exported
+from .results import (VariantResult, array_rows, load_results, predict_rows, prediction_lines,  # noqa: F401 - re-exported
+                      read_manifest, result_from_row, summarize_run)
 
 LINKS = {"nvlink": {}, "throttled": {"NCCL_P2P_DISABLE": "1"}}
 
@@ -615,8 +616,6 @@ def report(folders: list[Path], out: Path, title: str, calibration: str | None =
     (``variants.json``) is read from its tasks' summaries, and each row's measured step is put beside
     the step-time model's for that cluster (with the ``calibration`` file when given).
     """
-    from . import slurm_variants
-
     cal, source = None, "shipped calibration"
     if calibration is not None:
         from .calibrate_command import load_calibration
@@ -627,10 +626,10 @@ def report(folders: list[Path], out: Path, title: str, calibration: str | None =
     for folder in folders:
         path = Path(folder) / "results.json"
         try:
-            manifest = slurm_variants.read_manifest(Path(folder))
+            manifest = read_manifest(Path(folder))
             if manifest is not None:
-                rows = slurm_variants.array_rows(Path(folder), manifest)
-                slurm_variants.predict_rows(rows, manifest, cal, source)
+                rows = array_rows(Path(folder), manifest)
+                predict_rows(rows, manifest, cal, source)
                 loaded.append((Path(folder), rows))
                 continue
             if not path.exists():

@@ -24,9 +24,10 @@ Written into ``--log-dir`` (the run folder, absolute; made here, as for one job)
   ``<job>.<variant>.plan.json`` (spec, plan, finalized fields, prediction, job size); the baseline of
   every variant is the ``off`` task (task 0), whose config is ``<job>.off.config.yaml``; the rollback
   is that task alone, ``sbatch --array=0 <job>.sbatch`` (sbatch's ``--array`` wins over the script's);
-* ``variants.json`` (``MANIFEST_SCHEMA``): the job, the cluster (GPU kind, GPUs, GPUs per node) and
-  each task's variant, folder and steady-window start - what ``bench --report`` reads to name each
-  task's row and to predict its step for that cluster.
+* ``variants.json`` (``results.MANIFEST_SCHEMA``): the job, the cluster (GPU kind, GPUs, GPUs per
+  node) and each task's variant, folder and steady-window start - what ``bench --report`` reads
+  (``results.read_manifest``, ``array_rows``, ``predict_rows``) to name each task's row and to
+  predict its step for that cluster.
 
 The confirmation (``cost_lines``) shows the array's size and total GPU-hours (tasks x GPUs x time
 limit) and each variant's predicted step.
@@ -45,10 +46,7 @@ from ..core.errors import UsageError
 from .exits import ReportedRefusal
 from .slurm_values import format_minutes
 
-MANIFEST = "variants.json"
-MANIFEST_SCHEMA = "mbridge-ep-overlap variant array 1"
-LINK = "nvlink"
-"""bench's name for the link as the machine has it (calibrate uses only these rows)."""
+from .results import LINK, MANIFEST, MANIFEST_SCHEMA  # noqa: F401 - the run folder's names, owned by its reader
 WARMUP = 3
 """Steps left out of the median as bench's default ``--warmup`` (fewer when the run is shorter)."""
 # the run flags a variant sets, and bench's syntax that does it (bench._VARIANT_SYNTAX)
@@ -207,70 +205,3 @@ def write(args: argparse.Namespace, job: str, log_dir: Path, tasks: list[Task], 
     (log_dir / MANIFEST).write_text(json.dumps(manifest(args, job, tasks), indent=2) + "\n")
     return render_array(args, job, log_dir, tasks), predictions
 
-
-# ---- reading the run folder back (bench --report) -----------------------------------------------
-def read_manifest(folder: Path) -> dict | None:
-    """The folder's ``variants.json``, checked; None when the folder has none (a plain bench folder)."""
-    path = Path(folder) / MANIFEST
-    if not path.exists():
-        return None
-    try:
-        m = json.loads(path.read_text())
-        tasks = m["tasks"]
-        ok = m.get("schema") == MANIFEST_SCHEMA and isinstance(m.get("cluster"), dict) and isinstance(tasks, list) \
-            and tasks and all(isinstance(t, dict) and isinstance(t.get("variant"), str) and isinstance(t.get("folder"), str)
-                              and isinstance(t.get("task"), int) for t in tasks)
-    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
-        raise UsageError("--report folder", str(folder), f"a {MANIFEST} written by launch_slurm.py --variants "
-                         f"({type(e).__name__})", "unreadable") from None
-    if not ok:
-        raise UsageError("--report folder", str(folder), f"a {MANIFEST} written by launch_slurm.py --variants "
-                         f"(schema {MANIFEST_SCHEMA!r}, a cluster and a list of tasks)", "invalid")
-    return m
-
-
-def array_rows(folder: Path, m: dict) -> list:
-    """One row per array task from its ``summary.json`` (bench's ``summarize_run``); a task that left
-    none is a failed row naming its Slurm output."""
-    from .results import VariantResult, summarize_run
-
-    rows = []
-    for t in m["tasks"]:
-        run = Path(folder) / t["folder"]
-        path = run / "summary.json"
-        link = t.get("link") or LINK
-        if not path.exists():
-            rows.append(VariantResult(t["variant"], link, ok=False, run=str(folder),
-                                      error=f"array task {t['task']} left no {path} (see its Slurm output "
-                                            f"{m.get('job')}-<array id>_{t['task']}.out)"))
-            continue
-        try:
-            summary = json.loads(path.read_text())
-            fin = summary["finalized"]
-            tokens = int(fin["global_batch_size"]) * int(fin.get("seq_length") or 0)
-            r = summarize_run(t["variant"], link, summary, int(m.get("warmup") or 0), tokens)
-        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
-            raise UsageError("array task summary", str(path), "an evidence summary run_script.py wrote "
-                             f"({type(e).__name__}: {str(e)[:120]})", "invalid") from None
-        r.run = str(folder)
-        rows.append(r)
-    return rows
-
-
-def predict_rows(rows: list, m: dict, calibration=None, source: str = "shipped calibration") -> None:
-    """Each measured row's step as the step-time model predicts it for the manifest's cluster
-    (``calibration``: a ``predict.Calibration``; None: the shipped one): ``predicted_s`` and
-    ``prediction`` (the calibration used, or why no prediction was made)."""
-    from ..predict.cluster_calibration import MeasuredRow, predicted_step  # start-up: the model only when used
-    from ..predict.inputs import Cluster
-
-    c = m["cluster"]
-    for r in rows:
-        if not r.ok or r.median_s is None:
-            continue
-        try:
-            cluster = Cluster(gpu=str(c.get("gpu")), num_gpus=int(c["num_gpus"]), gpus_per_node=c.get("gpus_per_node"))
-            row = MeasuredRow(id=f"{r.link}/{r.variant}", variant=r.variant, median_s=r.median_s, finalized=r.finalized)
-            r.predicted_s, r.prediction = predicted_step(row, cluster, calibration), source
-        except (ValueError, KeyError, TypeError, ArithmeticError) as e:
-            r.predicted_s, r.prediction = None, f"not made ({str(e).splitlines()[0][:160] if str(e) else type(e).__name__})"
