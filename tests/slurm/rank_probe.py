@@ -4,11 +4,17 @@
 Joins the process group torchrun's c10d rendezvous set up (env://), all-reduces rank + 1, and prints
 ``PROBE {json}`` with its rank, the world size, the sum and the value of every variable named on the
 command line. With PROBE_FAIL_RANK=R, rank R then exits with PROBE_EXIT_CODE.
+
+Called with run_script.py's flags instead (a job array task: ``... --summary-json PATH``), it times
+a few all-reduces as "steps" and rank 0 writes an evidence summary at PATH in run_script's form
+(``steps``: iteration, step_time_s, loss; ``finalized``: what these flags set) - what ``bench
+--report`` reads - naming the flags it was given, so a test sees which variant each task ran.
 """
 
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -17,8 +23,25 @@ dist.init_process_group("gloo")
 rank = dist.get_rank()
 value = torch.tensor([rank + 1])
 dist.all_reduce(value)
+argv = sys.argv[1:]
+run_flags = "--summary-json" in argv
+names = [] if run_flags else argv
 print("PROBE " + json.dumps({"rank": rank, "world_size": dist.get_world_size(), "sum": int(value.item()),
-                             "env": {name: os.environ.get(name) for name in sys.argv[1:]}}), flush=True)
+                             "env": {name: os.environ.get(name) for name in names},
+                             **({"argv": argv} if run_flags else {})}), flush=True)
+if run_flags:
+    steps = []
+    for i in range(4):
+        start = time.perf_counter()
+        dist.all_reduce(torch.ones(1024))
+        steps.append({"iteration": i + 1, "step_time_s": max(time.perf_counter() - start, 1e-6), "loss": 10.0 - i})
+    if rank == 0:
+        flag = dict(zip(argv, argv[1:]))
+        summary = {"steps": steps, "probe_argv": argv,
+                   "finalized": {"overlap_moe_expert_parallel_comm": flag.get("--ep-overlap") == "on",
+                                 "global_batch_size": dist.get_world_size(), "seq_length": 16}}
+        with open(flag["--summary-json"], "w") as f:
+            json.dump(summary, f)
 dist.destroy_process_group()
 if os.environ.get("PROBE_FAIL_RANK") == str(rank):
     sys.exit(int(os.environ.get("PROBE_EXIT_CODE", "1")))

@@ -50,7 +50,7 @@ def time_limited(slurm, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def dry(slurm, time_limited, tmp_path_factory):
+def dry(slurm, time_limited, array_build, tmp_path_factory):
     """``launch_slurm.py ... --dryrun > job.sbatch``, as a user types it, with shell metacharacters in
     the work folder's name and in an override (both must reach the job verbatim, never run)."""
     root = tmp_path_factory.mktemp("dry")
@@ -214,3 +214,58 @@ def test_stand_in_the_time_limit_is_enforced(slurm, time_limited):
     fields = slurm.wait(job_id, timeout_s=max(30.0, 240 - (time.monotonic() - start)))
     minutes, seconds = (int(x) for x in fields["RunTime"].split(":")[1:])  # HH:MM:SS, under an hour here
     assert fields["JobState"] == "TIMEOUT" and 1 <= minutes * 60 + seconds / 60 and minutes < 3, fields
+
+
+@pytest.fixture(scope="module")
+def array_build(slurm, time_limited, tmp_path_factory):
+    """``launch_slurm.py --variants off,overlap --dryrun``, started - not waited for - while the
+    time-limit job runs, so its build overlaps that wait and the other build (``dry`` asks for it)."""
+    root = tmp_path_factory.mktemp("array")
+    argv = [sys.executable, str(REPO / "scripts" / "launch_slurm.py"), "--recipe", RECIPE, "--nodes", "1",
+            "--gpus-per-node", "2", "--gpu", "h200", "--partition", slurm.partition, "--time", "5",
+            "--workdir", str(REPO), "--log-dir", str(root / "run"), "--variants", "off,overlap", "--max-steps", "4",
+            "--dryrun"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
+    yield root, proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def array_dry(array_build):
+    root, proc = array_build
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    return root, out
+
+
+def test_stand_in_variant_array_each_task_runs_its_variant_and_bench_report_reads_the_folder(slurm, array_dry, capsys):
+    """Stand-in: rank_probe.py in place of run_script.py, given the task's run_script flags; it
+    writes the summary a run writes (rank 0), naming the flags it got."""
+    from mbridge_ep_overlap.tools.cli import main as cli
+
+    root, script = array_dry
+    run = root / "run"
+    job = root / "array.sbatch"
+    job.write_text(script.replace("scripts/run_script.py", shlex.quote(str(PROBE)), 1))
+    slurm.env["MASTER_PORT"] = str(free_port())
+    array_id = slurm.submit(str(job), cwd=root)
+    for task, variant, flag in ((0, "off", "off"), (1, "overlap", "on")):
+        fields = slurm.wait(f"{array_id}_{task}")
+        out = run / f"{JOB}-{array_id}_{task}.out"
+        text = out.read_text() if out.exists() else ""
+        assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), (fields, text[-3000:])
+        assert fields["StdOut"] == str(out) and f"variant {variant} (array task {task})" in text, text[-2000:]
+        folder = run / "runs" / f"nvlink__{variant}"
+        summary = json.loads((folder / "summary.json").read_text())
+        argv = summary["probe_argv"]
+        assert argv[argv.index("--ep-overlap") + 1] == flag and argv[argv.index("--max-steps") + 1] == "4", argv
+        assert argv[-4:] == ["--output-dir", str(folder), "--summary-json", str(folder / "summary.json")]
+        ranks = _probe_lines(text)
+        assert sorted(r["rank"] for r in ranks) == [0, 1] and all(r["sum"] == 3 for r in ranks), text[-2000:]
+        assert sorted(p.name for p in (folder / "torchrun").rglob("*.log")), list(folder.rglob("*"))  # rank logs
+    assert cli(["bench", "--report", str(run), "--out", str(root / "report")]) == 0
+    table = capsys.readouterr().out
+    assert "| nvlink | off |" in table and "| nvlink | overlap |" in table and "failed" not in table, table
+    assert "| measured step s | predicted step s | error |" in table and "not made" in table  # the probe is no model

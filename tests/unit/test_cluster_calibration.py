@@ -9,9 +9,9 @@ import json
 import pytest
 
 from mbridge_ep_overlap.predict import Cluster, StepInputs, predict
-from mbridge_ep_overlap.predict import model
 from mbridge_ep_overlap.predict.calibrate import PROXY_RECIPE
-from mbridge_ep_overlap.predict.cluster_calibration import ClusterCalibration, MeasuredRow, fit_cluster, in_use
+from mbridge_ep_overlap.predict.cluster_calibration import (SCALE_OUT, SCALE_OUT_FITTED, ClusterCalibration, MeasuredRow,
+                                                              fit_cluster, predicted_step, scale_out_link)
 from mbridge_ep_overlap.predict.costs import default_calibration, gpu_spec
 from mbridge_ep_overlap.tools.cli import main as cli
 from mbridge_ep_overlap.tools.results import VariantResult
@@ -62,16 +62,45 @@ def test_no_overlap_off_row_is_refused():
         fit_cluster([_row(0, SHAPES[0], "overlap")], CLUSTER)
 
 
-def test_in_use_swaps_the_default_and_restores_it(tmp_path):
+def test_the_file_round_trips_and_is_the_calibration_the_model_is_given(tmp_path):
     cal = fit_cluster([_row(0, SHAPES[0], "off"), _row(1, SHAPES[1], "off")], CLUSTER)
     cal.save(tmp_path / "c.json")
     loaded = ClusterCalibration.load(tmp_path / "c.json")
     assert loaded.fitted == cal.fitted
-    before = model.default_calibration
-    with in_use(loaded.calibration()):
-        assert model.default_calibration().nvlink_alltoall_efficiency == pytest.approx(0.33)
-        assert model.default_calibration().source == str(tmp_path / "c.json")
-    assert model.default_calibration is before
+    given = loaded.calibration()
+    assert given.nvlink_alltoall_efficiency == pytest.approx(0.33) and given.source == str(tmp_path / "c.json")
+    row = _row(2, SHAPES[0], "off")
+    assert predicted_step(row, CLUSTER, given) == pytest.approx(row.median_s, rel=1e-6)
+    assert predicted_step(row, CLUSTER) != pytest.approx(row.median_s, rel=1e-3)  # shipped: another step
+    assert default_calibration().nvlink_alltoall_efficiency != pytest.approx(0.33)  # nothing global changed
+
+
+TWO_NODES = Cluster(gpu="h200", num_gpus=16, gpus_per_node=8, nvlink_domain_size=8)
+
+
+def _two_node_row(i: int, shape: dict, cal) -> MeasuredRow:
+    """An overlap-off row of EP 16 over two 8-GPU nodes, made by the model at ``cal`` (its scale-out link)."""
+    s = dict(_fields(shape, "off"), expert_model_parallel_size=16, data_parallel_size=16, global_batch_size=128)
+    p = predict(StepInputs.from_summary(s, num_gpus=16), dataclasses.replace(TWO_NODES, inter_link=cal.links[SCALE_OUT]),
+                cal)
+    prof = {"iterations": 2, "compute_s": 2 * p.compute_s_per_step, "a2a_s": 2 * p.a2a_s_per_step}
+    return MeasuredRow(id=f"n{i}", variant="off", median_s=p.off_step_s, finalized=s, profile=prof)
+
+
+def test_multi_node_rows_refit_the_scale_out_bandwidth():
+    true = dataclasses.replace(TRUE, links={SCALE_OUT: scale_out_link("h200", 0.55, TRUE)})
+    rows = [_two_node_row(0, SHAPES[0], true), _two_node_row(1, SHAPES[1], true)]
+    cal = fit_cluster(rows, TWO_NODES)
+    assert cal.fitted[SCALE_OUT_FITTED] == pytest.approx(0.55, rel=1e-6)
+    assert any(SCALE_OUT_FITTED in h and "multi-node" in h for h in cal.how)
+    assert max(abs(e) for e in cal.errors.values()) < 1e-6
+    assert cal.calibration().links[SCALE_OUT].bandwidth_GBps == pytest.approx(400 / 8 * 0.55)
+
+
+def test_one_node_rows_keep_the_default_scale_out_link_and_say_so(tmp_path):
+    cal = fit_cluster([_row(0, SHAPES[0], "off"), _row(1, SHAPES[1], "off")], CLUSTER)
+    assert SCALE_OUT_FITTED not in cal.fitted and SCALE_OUT not in cal.calibration().links
+    assert any(n.startswith(f"{SCALE_OUT_FITTED}: no profiled") and "kept the default" in n for n in cal.not_fitted)
 
 
 def _profile(r: MeasuredRow) -> dict | None:
@@ -150,3 +179,16 @@ def test_rows_of_a_throttled_link_or_another_variant_are_not_used(tmp_path, caps
     assert [r.id for r in measured_rows([str(res)])] == [f"{res}#1"]
     err = capsys.readouterr().err
     assert f"not used: {res}#2 (off, link throttled" in err and f"{res}#3 (overlap+delay_wgrad" in err
+
+
+def test_plan_on_two_nodes_predicts_with_the_fitted_scale_out_link(tmp_path, capsys):
+    fitted = {"gemm_efficiency": 0.42, "memory_efficiency": 0.61, "nvlink_alltoall_efficiency": 0.33}
+    for name, extra in (("kept", {}), ("slow", {SCALE_OUT_FITTED: 0.2})):
+        ClusterCalibration(gpu="h200", fitted={**fitted, **extra}, cluster={}, rows=()).save(tmp_path / f"{name}.json")
+    steps = {}
+    for name in ("kept", "slow"):
+        assert cli(["plan", "--recipe", "qwen3_30b_a3b", "--gpu", "h200", "--num-gpus", "16", "--json",
+                    "--calibration", str(tmp_path / f"{name}.json")]) == 0
+        steps[name] = json.loads(capsys.readouterr().out)["prediction"]
+    assert steps["slow"]["off_step_s"] > steps["kept"]["off_step_s"]  # a NIC at 20% instead of 80% of line rate
+    assert "as calibrated (10.0 GB/s per GPU)" in json.dumps(steps["slow"]) and "as calibrated" not in json.dumps(steps["kept"])

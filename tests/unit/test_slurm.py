@@ -285,3 +285,189 @@ def test_only_yes_at_the_prompt_submits(answer, submit, monkeypatch, capsys):
     assert _confirm(argparse.Namespace(yes=False)) is submit
     assert "submit? [y/N]" in capsys.readouterr().err
     assert _confirm(argparse.Namespace(yes=True)) is True
+
+
+# ---- --variants: one job array, task i runs variant i ------------------------------------------------
+ARRAY_JOB = "ep-overlap-qwen3_moe_proxy"
+
+
+@pytest.fixture(scope="module")
+def array_dry(tmp_path_factory):
+    """``--variants overlap:hiprio,overlap`` dry run (off is added first, as bench adds it)."""
+    import contextlib
+    import io
+
+    root = tmp_path_factory.mktemp("array")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["--recipe", "qwen3_moe_proxy", "--nodes", "1", "--gpus-per-node", "2", "--gpu", "h200",
+                     "--time", "30", "--log-dir", str(root / "run"), "--workdir", str(REPO),
+                     "--variants", "overlap:hiprio,overlap", "--max-steps", "6", "--dryrun"])
+    assert code == 0, err.getvalue()[-3000:]
+    return root, out.getvalue(), err.getvalue()
+
+
+def _fake_bin(folder: Path) -> Path:
+    """srun and scontrol that print what they were given (the task's command line), no cluster."""
+    folder.mkdir()
+    (folder / "srun").write_text('#!/bin/bash\nprintf "SRUN %s\\n" "$@"\n')
+    (folder / "scontrol").write_text("#!/bin/bash\necho localhost\n")
+    for f in folder.iterdir():
+        f.chmod(0o755)
+    return folder
+
+
+def test_variants_array_task_i_runs_variant_i_with_the_same_spec(array_dry, tmp_path):
+    from mbridge_ep_overlap.spec import RunSpec
+    from mbridge_ep_overlap.tools.bench import variant_spec
+    from mbridge_ep_overlap.tools.flags import to_argv
+
+    root, out, err = array_dry
+    run = root / "run"
+    assert "#SBATCH --array=0-2\n" in out and f"#SBATCH --output={run}/%x-%A_%a.out" in out
+    assert f"sbatch --array=0 {run}/{ARRAY_JOB}.sbatch" in err  # the rollback: the off task alone
+    assert (run / f"{ARRAY_JOB}.sbatch").read_text() == out
+    manifest = json.loads((run / "variants.json").read_text())
+    assert [t["variant"] for t in manifest["tasks"]] == ["off", "overlap:hiprio", "overlap"]
+    assert manifest["cluster"] == {"gpu": "h200", "num_gpus": 2, "gpus_per_node": 2, "nodes": 1}
+    path = tmp_path / "job.sbatch"
+    path.write_text(out)
+    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+    fake = _fake_bin(tmp_path / "bin")
+    base = RunSpec(recipe="qwen3_moe_proxy", max_steps=6)  # the flags given: one spec for every task
+    for task in manifest["tasks"]:
+        env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": str(task["task"]), "SLURM_JOB_NODELIST": "n1",
+               "SLURM_JOB_ID": "7", "SLURM_NNODES": "1"}
+        result = subprocess.run(["bash", str(path)], capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        argv = [line[5:] for line in result.stdout.splitlines() if line.startswith("SRUN ")]
+        folder = run / task["folder"]
+        assert task["folder"] == f"runs/nvlink__{task['variant'].replace(':', '_')}" and folder.is_dir()
+        assert f"variant {task['variant']} (array task {task['task']})" in result.stdout
+        run_args = argv[argv.index("scripts/run_script.py") + 1:]
+        assert run_args[-4:] == ["--output-dir", str(folder), "--summary-json", str(folder / "summary.json")]
+        assert argv[argv.index("--log-dir") + 1] == str(folder / "torchrun")
+        plan = json.loads((run / task["plan"]).read_text())
+        assert plan["variant"] == task["variant"] and plan["array_task"] == task["task"]
+        assert (run / task["config"]).exists()
+        assert run_args[:-4] == to_argv(variant_spec(base, task["variant"])), run_args  # only the variant differs
+    bad = subprocess.run(["bash", str(path)], capture_output=True, text=True, cwd=tmp_path,
+                         env={"PATH": f"{fake}:/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": "3"})
+    assert bad.returncode == 2 and "no variant (0-2)" in bad.stderr
+
+
+def test_variants_export_each_variants_own_plan_environment(array_dry):
+    _, out, _ = array_dry
+    blocks = out.split('case "${SLURM_ARRAY_TASK_ID')[1].split(";;")
+    off, hiprio, overlap = blocks[:3]
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in off and "export CUDA_DEVICE_MAX_CONNECTIONS=32" in overlap
+    assert all("export NCCL_NVLS_ENABLE=0" in b for b in (off, hiprio, overlap))
+    assert "--a2a-priority high" in hiprio and "--a2a-priority default" in overlap and "--ep-overlap off" in off
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--variants", "off,fast"], "unknown variant 'fast'"),
+    (["--variants", "off,overlap,off"], "repeated: off"),
+    (["--variants", "overlap", "--ep-overlap", "off"], "--ep-overlap off"),
+    (["--variants", "overlap", "--dispatcher", "deepep"], "--dispatcher deepep"),
+])
+def test_variants_bad_usage_is_one_line_before_the_build(capsys, tmp_path, argv, needle):
+    start = time.perf_counter()
+    code = main(["--recipe", "qwen3_moe_proxy", "--nodes", "1", "--gpus-per-node", "2", "--log-dir", str(tmp_path / "l"),
+                 "--dryrun", *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and needle in err[0], err
+    assert not (tmp_path / "l").exists() and time.perf_counter() - start < 5
+
+
+def test_a_refused_variant_refuses_the_whole_array_every_violation_listed(capsys, tmp_path):
+    code = main(["--recipe", "qwen3_moe_proxy", "--nodes", "1", "--gpus-per-node", "2", "--log-dir", str(tmp_path / "l"),
+                 "--variants", "off,overlap,overlap:hiprio", "--dryrun", "model.mtp_num_layers=3"])
+    captured = capsys.readouterr()
+    assert code == 1 and "#!/bin/bash" not in captured.out, captured.err[-2000:]
+    assert "variant overlap (array task 1):" in captured.out and "variant overlap:hiprio (array task 2):" in captured.out
+    assert "variant off (array task 0)" not in captured.out  # off is accepted: only the refused are reported
+    assert captured.out.count("mtp-layers") >= 2 and "2 of 3 variants refused" in captured.err
+    assert not (tmp_path / "l").exists()
+
+
+def test_array_cost_lines_total_gpu_hours_over_every_task():
+    import argparse
+
+    from mbridge_ep_overlap.spec import RunSpec
+    from mbridge_ep_overlap.tools.slurm_variants import Task, cost_lines
+
+    args = argparse.Namespace(nodes=2, gpus_per_node=8, partition=None, account="a1")
+    tasks = [Task(0, "off", RunSpec(recipe="qwen3_moe_proxy", ep_overlap=False)),
+             Task(1, "overlap", RunSpec(recipe="qwen3_moe_proxy", ep_overlap=True)),
+             Task(2, "deepep", RunSpec(recipe="qwen3_moe_proxy", ep_overlap=True))]
+    predictions = {"off": {"off_step_s": 2.0, "on_step_s": 1.5}, "overlap": {"off_step_s": 2.0, "on_step_s": 1.5},
+                   "deepep": {"error": "no bandwidth model"}}
+    text = "\n".join(cost_lines(args, 90, tasks, predictions, 60))
+    for needle in ("3 (0=off, 1=overlap, 2=deepep)", "2 x 8 = 16 GPUs per task", "01:30:00 per task",
+                   "at most 72.0 GPU-hours for the array (3 tasks x 16 GPUs x 01:30:00)", "off: 2.000 s",
+                   "overlap: 1.500 s (step-time model; 60 steps 1.5 min)", "deepep: not made (no bandwidth model)"):
+        assert needle in text, (needle, text)
+
+
+# ---- bench --report on such a folder: measured vs predicted ------------------------------------------
+def _array_folder(root: Path, median: dict[str, float | None]) -> Path:
+    """A run folder as the array leaves it: variants.json and each task's summary (None: none left)."""
+    from mbridge_ep_overlap.predict.calibrate import PROXY_RECIPE
+
+    fin = dict(PROXY_RECIPE, expert_model_parallel_size=8, data_parallel_size=8, micro_batch_size=1,
+               global_batch_size=64, seq_length=4096)
+    tasks = []
+    for i, (variant, step) in enumerate(median.items()):
+        folder = f"runs/nvlink__{variant}"
+        tasks.append({"task": i, "variant": variant, "link": "nvlink", "folder": folder})
+        if step is None:
+            continue
+        (root / folder).mkdir(parents=True)
+        steps = [{"iteration": n + 1, "step_time_s": 9.0 if n == 0 else step, "loss": 10.0 - n} for n in range(5)]
+        summary = {"steps": steps, "finalized": dict(fin, overlap_moe_expert_parallel_comm=variant != "off")}
+        (root / folder / "summary.json").write_text(json.dumps(summary))
+    (root / "variants.json").write_text(json.dumps({
+        "schema": "mbridge-ep-overlap variant array 1", "job": "j", "warmup": 1, "tasks": tasks,
+        "cluster": {"gpu": "h200", "num_gpus": 8, "gpus_per_node": 8, "nodes": 1}}))
+    return root
+
+
+def test_bench_report_of_an_array_folder_puts_the_prediction_beside_each_measured_step(tmp_path, capsys):
+    from mbridge_ep_overlap.predict import Cluster, StepInputs, predict
+    from mbridge_ep_overlap.tools.cli import main as cli
+
+    run = _array_folder(tmp_path / "run", {"off": 2.0, "overlap": 1.6, "overlap:hiprio": None})
+    assert cli(["bench", "--report", str(run), "--out", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out
+    fin = json.loads((run / "runs/nvlink__off/summary.json").read_text())["finalized"]
+    p = predict(StepInputs.from_summary(fin, num_gpus=8), Cluster(gpu="h200", num_gpus=8, gpus_per_node=8))
+    assert "| link | variant | measured step s | predicted step s | error | calibration |" in out
+    assert f"| nvlink | off | 2.000 | {p.off_step_s:.3f} | {p.off_step_s / 2 - 1:+.1%} | shipped calibration |" in out
+    assert "| nvlink | overlap | 1.600 |" in out and "1.250x" in out  # speedup against its own off task
+    assert "failed: array task 2 left no" in out and "j-<array id>_2.out" in out
+    rows = json.loads((tmp_path / "rep" / "results.json").read_text())
+    assert rows[0]["predicted_s"] == pytest.approx(p.off_step_s) and rows[2]["ok"] is False
+
+
+def test_bench_report_predicts_with_the_calibration_file_when_given(tmp_path, capsys):
+    import dataclasses
+
+    from mbridge_ep_overlap.predict.cluster_calibration import ClusterCalibration
+    from mbridge_ep_overlap.tools.cli import main as cli
+
+    run = _array_folder(tmp_path / "run", {"off": 2.0, "overlap": 1.6})
+    cal = ClusterCalibration(gpu="h200", fitted={"gemm_efficiency": 0.2, "memory_efficiency": 0.3,
+                                                 "nvlink_alltoall_efficiency": 0.1}, cluster={}, rows=())
+    cal.save(tmp_path / "cal.json")
+    assert cli(["bench", "--report", str(run), "--out", str(tmp_path / "a")]) == 0
+    assert cli(["bench", "--report", str(run), "--out", str(tmp_path / "b"), "--calibration", str(tmp_path / "cal.json")]) == 0
+    capsys.readouterr()
+    shipped, fitted = (json.loads((tmp_path / d / "results.json").read_text()) for d in "ab")
+    loaded = ClusterCalibration.load(tmp_path / "cal.json")
+    assert fitted[0]["prediction"] == f"calibration {tmp_path / 'cal.json'}" and dataclasses.is_dataclass(loaded)
+    assert fitted[0]["predicted_s"] > shipped[0]["predicted_s"] * 1.5  # lower efficiencies: a longer step
+    assert cli(["bench", "--calibration", str(tmp_path / "cal.json")]) == 2
+    assert cli(["bench", "--report", str(run), "--out", str(tmp_path / "c"), "--calibration", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "only with --report" in err[0] and "cannot read" in err[1]

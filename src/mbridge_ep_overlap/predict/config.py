@@ -7,8 +7,10 @@ Contract
   ``target.gpus.match``, world size, GPUs per node, NVLink domain) and what about it is assumed
   (the scale-out link, when the job leaves one NVLink domain); ``CannotPredict`` when the GPU or
   the world size is unknown or the GPU kind has no hardware model (``hardware.json``).
-* ``for_config(cfg, target, *, precision=None, dispatcher=None, assume=None)`` ->
-  ``ConfigPrediction``: the config's inputs (``inputs.from_config``), the prediction for its
+* ``for_config(cfg, target, *, precision=None, dispatcher=None, assume=None, calibration=None)`` ->
+  ``ConfigPrediction``: with ``calibration`` (a ``Calibration``; None: the shipped one; a fitted
+  scale-out link in its ``links`` is the cluster's inter-node link), the config's inputs
+  (``inputs.from_config``), the prediction for its
   dispatcher (or ``dispatcher``) and every dispatcher ranked (``model.rank_dispatchers``), with
   ``lines()`` for ``plan`` and ``to_dict()`` for its JSON (every number in it finite); every
   failure to predict (unknown GPU, a config the model does not cover - malformed or out-of-range
@@ -35,7 +37,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from ..target.gpus import match
-from .costs import domain_size, hardware
+from .cluster_calibration import SCALE_OUT, with_scale_out
+from .costs import Calibration, domain_size, hardware
 from .inputs import Cluster, StepInputs, from_config
 from . import memory
 from .costs import linear_rate
@@ -163,15 +166,18 @@ _CONFIG_ERRORS = (KeyError, ValueError, TypeError, AttributeError, ArithmeticErr
 
 
 def for_config(cfg: Any, target: Any, *, precision: str | None = None, dispatcher: str | None = None,
-               assume: Mapping[str, Any] | None = None) -> ConfigPrediction:
+               assume: Mapping[str, Any] | None = None, calibration: Calibration | None = None) -> ConfigPrediction:
     """The prediction for ``cfg`` on ``target`` (module docstring); ``CannotPredict`` otherwise."""
     cluster, assumed = cluster_for(target)
+    if calibration is not None and SCALE_OUT in calibration.links and assumed:
+        cluster = with_scale_out(cluster, calibration)
+        assumed = (f"scale-out link as calibrated ({cluster.inter_link.bandwidth_GBps:.1f} GB/s per GPU)",)
     hybrid = hybrid_layers(cfg)
     if hybrid:
         raise CannotPredict(hybrid)
     try:
         inputs = from_config(cfg, cluster.num_gpus, precision=precision, dispatcher=dispatcher, assume=assume)
-        ranking = tuple(rank_dispatchers(inputs, cluster))
+        ranking = tuple(rank_dispatchers(inputs, cluster, calibration))
     except OutsideModel as e:
         raise CannotPredict(f"the config is outside the model ({e.reason})") from None
     except _CONFIG_ERRORS as e:

@@ -34,7 +34,11 @@ the variant's own profile, and beside it from the ``off`` run's profile. ``bench
 every ``results.json`` whole and checks each row first (``results.result_from_row``: each field's type,
 finite numbers where the report computes; an empty list is no results file): a bad file is bad
 usage naming the file, the row and the field, and nothing is written; the work grows linearly with
-the rows (20,000 rows in seconds). ``summary_line`` names the
+the rows (20,000 rows in seconds). A ``launch_slurm.py --variants`` run folder (``variants.json``) is
+read from its tasks' summaries (``results.array_rows``) and each row gets the step-time model's step for
+that cluster beside its measured one (``--calibration FILE``: with that cluster calibration), in a
+"measured vs predicted" table. ``parse_variants`` reads ``--variants`` for bench and
+``launch_slurm.py`` alike. ``summary_line`` names the
 best share of a set of rows. ``bench --tune`` (``tools.tune``) searches the overlap knobs; a tuned
 result (``tuned.json``) runs as the variant ``tuned`` with ``--tuned PATH``.
 """
@@ -56,8 +60,9 @@ from ..spec import RunSpec
 from ..target.cluster import RELEVANT_ENV_VARS, ClusterEnvironment
 from .exits import release_stderr
 from .launch import child_environment, launch
-from .numerics import compare_losses, losses_from_summary
-from .results import VariantResult, load_results, result_from_row  # noqa: F401 - re-exported
+from .numerics import compare_losses
+from .results import (VariantResult, array_rows, load_results, predict_rows, prediction_lines,  # noqa: F401 - re-exported
+                      read_manifest, result_from_row, summarize_run)
 
 LINKS = {"nvlink": {}, "throttled": {"NCCL_P2P_DISABLE": "1"}}
 
@@ -112,6 +117,20 @@ SHAPES = {
 }
 
 
+def parse_variants(text: str, known: dict[str, Variant] | None = None, flag: str = "--variants") -> list[str]:
+    """The variant names of a ``--variants`` comma list, in order (bench and ``launch_slurm.py
+    --variants`` read it here). An unknown, empty or repeated name is bad usage naming it."""
+    known = known or VARIANTS
+    names = [v.strip() for v in str(text).split(",")]
+    for v in names:
+        if v not in known:
+            raise UsageError("variant", v, sorted(known), "unknown" if v else "empty")
+    repeated = sorted({v for v in names if names.count(v) > 1})
+    if repeated:
+        raise UsageError(flag, text, "each variant once (repeated: " + ", ".join(repeated) + ")", "invalid")
+    return names
+
+
 def available_variants() -> dict[str, str]:
     """Variant -> reason it cannot run here ('' when it can), from the same facts the rules read."""
     from ..core import dispatcher
@@ -128,23 +147,6 @@ def available_variants() -> dict[str, str]:
         else:
             why[name] = ""
     return why
-
-
-def summarize_run(variant: str, link: str, summary: dict, warmup: int, tokens_per_step: int) -> VariantResult:
-    steps = summary["steps"]
-    profiled = set(range(*summary["profile"]["steps"])) if summary.get("profile") else set()
-    times = [s["step_time_s"] for i, s in enumerate(steps) if i >= warmup and i not in profiled]
-    losses, skipped = losses_from_summary(summary)
-    r = VariantResult(variant, link, ok=True, step_times=[s["step_time_s"] for s in steps],
-                      losses=losses, skipped=sorted(skipped), finalized=summary.get("finalized", {}))
-    if times:
-        r.median_s = statistics.median(times)
-        r.spread_s = (min(times), max(times))
-        r.tokens_per_s = tokens_per_step / r.median_s
-    r.peak_gib = max(summary.get("peak_memory_gib_per_rank") or [0.0])
-    if summary.get("profile"):
-        r.overlap_efficiency = summary["profile"]["overlap_efficiency"]
-    return r
 
 
 def efficiency(r: VariantResult) -> dict:
@@ -306,7 +308,7 @@ def markdown(results: list[VariantResult], title: str) -> str:
             + (f"{e['ideal_step_s']:.3f} | " if e else "- | ")
             + f"{share} | {r.parity}{'; ' + r.disqualified if r.disqualified else ''} | {shape_label(r.finalized)} |"
         )
-    lines += ["", summary_line(results)]
+    lines += ["", summary_line(results), *prediction_lines(results)]
     if estimated:
         lines += ["", "`>=`: idle from a profile recorded before `trace.analyze` measured it (a lower bound, "
                       "short by at most the non-all-to-all collectives' time)."]
@@ -605,20 +607,34 @@ def run_bench(
     return results
 
 
-def report(folders: list[Path], out: Path, title: str) -> list[VariantResult]:
+def report(folders: list[Path], out: Path, title: str, calibration: str | None = None) -> list[VariantResult]:
     """One table and plot from several bench output folders (e.g. one per link or machine run).
 
     Each folder is compared against its own ``off`` rows; the rows are then put side by side. Every
     file is read and checked before anything is computed or written (bad usage names every bad
-    folder, file and row, with its field, in one line).
+    folder, file and row, with its field, in one line). A folder of ``launch_slurm.py --variants``
+    (``variants.json``) is read from its tasks' summaries, and each row's measured step is put beside
+    the step-time model's for that cluster (with the ``calibration`` file when given).
     """
+    cal, source = None, "shipped calibration"
+    if calibration is not None:
+        from .calibrate_command import load_calibration
+
+        cal, source = load_calibration(calibration).calibration(), f"calibration {calibration}"
     loaded: list[tuple[Path, list[VariantResult]]] = []
     problems: list[UsageError] = []
     for folder in folders:
         path = Path(folder) / "results.json"
         try:
+            manifest = read_manifest(Path(folder))
+            if manifest is not None:
+                rows = array_rows(Path(folder), manifest)
+                predict_rows(rows, manifest, cal, source)
+                loaded.append((Path(folder), rows))
+                continue
             if not path.exists():
-                raise UsageError("--report folder", str(folder), "a bench output folder holding results.json")
+                raise UsageError("--report folder", str(folder), "a bench output folder holding results.json, or a "
+                                 "launch_slurm.py --variants folder holding variants.json")
             loaded.append((Path(folder), load_results(path)))
         except UsageError as e:
             problems.append(e)
@@ -680,6 +696,9 @@ def add_parser(sub) -> None:
     p.add_argument("--comm-bound", action="store_true", help="same as --shape comm-bound")
     p.add_argument("--out", default=None, help="output folder (default out/bench; --tune: out/tune)")
     p.add_argument("--report", nargs="+", metavar="DIR", help="run nothing: merge these bench output folders into --out")
+    p.add_argument("--calibration", default=None, metavar="FILE",
+                   help="--report: predict the steps of a launch_slurm.py --variants folder with this cluster "
+                        "calibration (written by calibrate)")
     p.add_argument("--tuned", default=None, metavar="TUNED_JSON",
                    help="adds the variant 'tuned': the settings a --tune run wrote (tuned.json)")
     t = p.add_argument_group("tuning (--tune: tools/tune.py)")
@@ -706,9 +725,12 @@ def _main(args) -> int:
         if given:
             raise UsageError("tune-only flags", " ".join(given), "only with --tune (a plain bench names its "
                              "dispatchers in --variants, e.g. --variants off,overlap,hybridep)", "unused")
+    if args.calibration is not None and not args.report:
+        raise UsageError("--calibration", args.calibration, "only with --report (it predicts the steps of a "
+                         "launch_slurm.py --variants folder)", "unused")
     if args.report:
         results = report([Path(d) for d in args.report], Path(args.out or "out/bench"),
-                         f"{args.recipe}: {', '.join(args.report)}")
+                         f"{args.recipe}: {', '.join(args.report)}", calibration=args.calibration)
         return 0 if results else 1
     if args.tune:
         from .tune import tune_links
@@ -722,7 +744,8 @@ def _main(args) -> int:
                                                    ("min_gain", args.min_gain)) if v is not None})  # else tune's defaults
         return 0 if all(o.winner is not None for o in outcomes) else 1
     extra_variants = {"tuned": load_tuned_variant(Path(args.tuned))} if args.tuned else None
-    results = run_bench(args.recipe, args.nproc, args.variants.split(","), (args.links or "nvlink,throttled").split(","),
+    known = {**VARIANTS, **(extra_variants or {})}
+    results = run_bench(args.recipe, args.nproc, parse_variants(args.variants, known), (args.links or "nvlink,throttled").split(","),
                         Path(args.out or "out/bench"), args.steps or 12, args.warmup, args.profile, args.extra,
                         shape=shape, extra_variants=extra_variants)
     return 0 if all(r.ok or r.error.startswith("skipped") for r in results) else 1

@@ -2,8 +2,10 @@
 
 Contract: reads bench ``results.json`` files (``tools.results.load_results``: every row checked) measured
 on the cluster described by ``--gpu`` / ``--num-gpus`` (and ``--gpus-per-node`` / ``--nvlink-domain-size``
-when they differ from the GPU kind's), fits the compute efficiencies and the all-to-all bandwidth inside
-the NVLink domain from the overlap-off rows (``predict.cluster_calibration``) and writes the calibration
+when they differ from the GPU kind's), fits the compute efficiencies, the all-to-all bandwidth inside
+the NVLink domain and - when rows of multi-node runs (EP spanning NVLink domains) are among them - the
+scale-out (inter-node) bandwidth from the overlap-off rows (``predict.cluster_calibration``; else it
+says the default scale-out link was kept) and writes the calibration
 file ``-o FILE`` that ``plan --predict --calibration FILE`` uses. Rows of other variants than ``off`` and
 ``overlap``, rows measured on another link than the machine as it is (bench's ``nvlink``; ``throttled``
 is NCCL through host memory) and failed rows are not used, each named on stderr. stdout: what was fitted, from what, what
@@ -83,21 +85,25 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def judged_with(path: str, spec, *, predict: bool | None, all_rules: bool):
-    """``plan_report.judge`` (``plan --calibration``) with the calibration file ``path`` in use; the report says so (a line
-    after the verdict; ``"calibration"`` in the JSON). A file that is not a calibration is bad usage."""
-    from ..predict.cluster_calibration import ClusterCalibration, in_use  # start-up: the model only when used
+def load_calibration(path: str, flag: str = "--calibration"):
+    """The ``ClusterCalibration`` in ``path``; a file ``calibrate`` did not write is bad usage (one line)."""
+    from ..predict.cluster_calibration import ClusterCalibration  # start-up: the model only when used
 
+    try:
+        return ClusterCalibration.load(path)
+    except ValueError as e:
+        raise UsageError(flag, path, f"a file written by `mbridge-ep-overlap calibrate` ({e})", "invalid") from None
+
+
+def judged_with(path: str, spec, *, predict: bool | None, all_rules: bool):
+    """``plan_report.judge`` (``plan --calibration``) predicting with the calibration file ``path``; the
+    report says so (a line after the verdict; ``"calibration"`` in the JSON). A file that is not a
+    calibration is bad usage."""
     if predict is False:
         raise UsageError("--calibration", path, "with --predict (a calibration is for the step-time prediction)",
                          "unused")
-    try:
-        cal = ClusterCalibration.load(path)
-    except ValueError as e:
-        raise UsageError("--calibration", path, f"a file written by `mbridge-ep-overlap calibrate` ({e})",
-                         "invalid") from None
-    with in_use(cal.calibration()):
-        outcome = judge(spec, predict=True, all_rules=all_rules)
+    cal = load_calibration(path)
+    outcome = judge(spec, predict=True, all_rules=all_rules, calibration=cal.calibration())
     if outcome.code == 0:
         fitted = ", ".join(f"{k} {v:.4g}" for k, v in cal.fitted.items())
         outcome.lines.insert(1, f"calibration in use: {path} (measured on {cal.cluster.get('num_gpus')}x {cal.gpu}; "

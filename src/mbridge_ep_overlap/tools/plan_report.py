@@ -45,9 +45,10 @@ class Outcome:
     built: Any = None
 
 
-def judge(spec, *, predict: bool | None = False, all_rules: bool = False) -> Outcome:
+def judge(spec, *, predict: bool | None = False, all_rules: bool = False, calibration=None) -> Outcome:
     """Build, finalize and render ``spec`` (module docstring). ``predict=None``: predict when the target
-    spans more than one node."""
+    spans more than one node; ``calibration`` (a ``predict.Calibration``): predict with it in place of
+    the shipped one."""
     from ..pipeline import build, finalize
 
     data: dict[str, Any] = {"recipe": spec.recipe}
@@ -73,7 +74,7 @@ def judge(spec, *, predict: bool | None = False, all_rules: bool = False) -> Out
                 rules=[dict(zip(("rule", "status", "detail"), row)) for row in rows])
     prediction, prediction_lines = None, []
     if predict if predict is not None else (built.target.num_nodes or 1) > 1:
-        prediction, prediction_lines = _prediction(built)
+        prediction, prediction_lines = _prediction(built, calibration)
     data["prediction"] = prediction
     lines = [verdict(built, result.summary, prediction), ""]
     lines += change_lines(built.plan) + settled_lines(built.plan, built.report)
@@ -162,12 +163,12 @@ def rule_lines(report, rows: list[tuple[str, str, str]], all_rules: bool) -> lis
     return out
 
 
-def _prediction(built) -> tuple[dict[str, Any], list[str]]:
+def _prediction(built, calibration=None) -> tuple[dict[str, Any], list[str]]:
     """The step-time prediction of the finalized config on the target: (JSON object, lines)."""
     from ..predict.config import CannotPredict, for_config
 
     try:
-        cp = for_config(built.cfg, built.target)
+        cp = for_config(built.cfg, built.target, calibration=calibration)
     except CannotPredict as e:
         return {"error": e.reason}, [f"predicted step time: not made ({e.reason})"]
     return cp.to_dict(), ["predicted step time (step-time model, docs/prediction.md):", *cp.lines()]

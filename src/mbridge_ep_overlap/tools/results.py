@@ -4,7 +4,12 @@ Contract: ``load_results(path)`` returns the ``VariantResult`` rows of a ``resul
 ``bench`` (or ``bench --tune``), every field checked for what the report reads (``ROW_FIELDS``:
 types; finite numbers where the report computes; the profile numbers ``trace.analyze`` wrote) - or
 raises one ``UsageError`` naming the file, the row and the field. ``result_from_row`` checks one row
-(``RowError``). Nothing here imports torch or Megatron.
+(``RowError``). A ``launch_slurm.py --variants`` run folder is read back here too: ``read_manifest``
+(its ``variants.json``, checked; None for a plain bench folder), ``array_rows`` (one row per task
+from its ``summary.json``; a task that left none is a failed row) and ``predict_rows`` (each row's
+step as the step-time model predicts it for that cluster, with a calibration when given:
+``predicted_s``, ``prediction``; ``prediction_lines`` is its table). Nothing here imports torch or
+Megatron.
 """
 
 from __future__ import annotations
@@ -12,11 +17,19 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import UsageError
 from ..core.sizes import INT64_MAX, shown
+from .numerics import losses_from_summary
+
+MANIFEST = "variants.json"
+"""The manifest of a ``launch_slurm.py --variants`` run folder (``tools.slurm_variants`` writes it)."""
+MANIFEST_SCHEMA = "mbridge-ep-overlap variant array 1"
+LINK = "nvlink"
+"""bench's name for the link as the machine has it (calibrate uses only these rows)."""
 
 
 @dataclass
@@ -55,7 +68,45 @@ class VariantResult:
     """Compute time per step added against off (kernel union; SM / memory contention)."""
     disqualified: str = ""
     """Set by ``bench --tune``: why the row may not win (its losses or its peak memory)."""
+    predicted_s: float | None = None
+    """The step-time model's step for this row's config on the cluster it ran on (a Slurm variant array)."""
+    prediction: str = ""
+    """The calibration ``predicted_s`` was made with, or why none was made."""
 
+
+
+def summarize_run(variant: str, link: str, summary: dict, warmup: int, tokens_per_step: int) -> VariantResult:
+    """A row from a run's evidence summary: steady-window median and spread (after ``warmup`` steps,
+    profiled steps excluded), tokens/s, peak memory, losses, the profile analysis."""
+    steps = summary["steps"]
+    profiled = set(range(*summary["profile"]["steps"])) if summary.get("profile") else set()
+    times = [s["step_time_s"] for i, s in enumerate(steps) if i >= warmup and i not in profiled]
+    losses, skipped = losses_from_summary(summary)
+    r = VariantResult(variant, link, ok=True, step_times=[s["step_time_s"] for s in steps],
+                      losses=losses, skipped=sorted(skipped), finalized=summary.get("finalized", {}))
+    if times:
+        r.median_s = statistics.median(times)
+        r.spread_s = (min(times), max(times))
+        r.tokens_per_s = tokens_per_step / r.median_s
+    r.peak_gib = max(summary.get("peak_memory_gib_per_rank") or [0.0])
+    if summary.get("profile"):
+        r.overlap_efficiency = summary["profile"]["overlap_efficiency"]
+    return r
+
+
+def prediction_lines(results: list[VariantResult]) -> list[str]:
+    """'measured vs predicted' table of the rows a prediction was tried for ([] when none): measured
+    median step, the model's step, error = predicted / measured - 1, and the calibration used."""
+    rows = [r for r in results if r.prediction]
+    if not rows:
+        return []
+    out = ["", "Measured vs predicted (step-time model, docs/prediction.md; error = predicted / measured - 1):", "",
+           "| link | variant | measured step s | predicted step s | error | calibration |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        pred = "-" if r.predicted_s is None else f"{r.predicted_s:.3f}"
+        err = "-" if r.predicted_s is None or not r.median_s else f"{r.predicted_s / r.median_s - 1:+.1%}"
+        out.append(f"| {r.link} | {r.variant} | {r.median_s:.3f} | {pred} | {err} | {r.prediction} |")
+    return out
 
 
 # ---- reading results.json back ------------------------------------------------------------------
@@ -125,6 +176,8 @@ ROW_FIELDS: dict[str, tuple] = {
     "peak_vs_off": _OPTIONAL_FINITE,
     "compute_vs_off_s": _OPTIONAL_FINITE,
     "disqualified": (_text, "a string"),
+    "predicted_s": (_optional(_positive), "a finite number > 0, or null"),
+    "prediction": (_text, "a string"),
 }
 # The profile numbers the report computes with (trace.analyze's OverlapEfficiency); the three read
 # for the table when an all-to-all kernel was recognized (a2a_s > 0) must be there.
@@ -239,3 +292,69 @@ class Shown:
 
     def __repr__(self) -> str:
         return short_value(self.value)
+
+
+# ---- a launch_slurm.py --variants run folder (bench --report) -----------------------------------------------
+def read_manifest(folder: Path) -> dict | None:
+    """The folder's ``variants.json``, checked; None when the folder has none (a plain bench folder)."""
+    path = Path(folder) / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        m = json.loads(path.read_text())
+        tasks = m["tasks"]
+        ok = m.get("schema") == MANIFEST_SCHEMA and isinstance(m.get("cluster"), dict) and isinstance(tasks, list) \
+            and tasks and all(isinstance(t, dict) and isinstance(t.get("variant"), str) and isinstance(t.get("folder"), str)
+                              and isinstance(t.get("task"), int) for t in tasks)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+        raise UsageError("--report folder", str(folder), f"a {MANIFEST} written by launch_slurm.py --variants "
+                         f"({type(e).__name__})", "unreadable") from None
+    if not ok:
+        raise UsageError("--report folder", str(folder), f"a {MANIFEST} written by launch_slurm.py --variants "
+                         f"(schema {MANIFEST_SCHEMA!r}, a cluster and a list of tasks)", "invalid")
+    return m
+
+
+def array_rows(folder: Path, m: dict) -> list:
+    """One row per array task from its ``summary.json`` (bench's ``summarize_run``); a task that left
+    none is a failed row naming its Slurm output."""
+    rows = []
+    for t in m["tasks"]:
+        run = Path(folder) / t["folder"]
+        path = run / "summary.json"
+        link = t.get("link") or LINK
+        if not path.exists():
+            rows.append(VariantResult(t["variant"], link, ok=False, run=str(folder),
+                                      error=f"array task {t['task']} left no {path} (see its Slurm output "
+                                            f"{m.get('job')}-<array id>_{t['task']}.out)"))
+            continue
+        try:
+            summary = json.loads(path.read_text())
+            fin = summary["finalized"]
+            tokens = int(fin["global_batch_size"]) * int(fin.get("seq_length") or 0)
+            r = summarize_run(t["variant"], link, summary, int(m.get("warmup") or 0), tokens)
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+            raise UsageError("array task summary", str(path), "an evidence summary run_script.py wrote "
+                             f"({type(e).__name__}: {str(e)[:120]})", "invalid") from None
+        r.run = str(folder)
+        rows.append(r)
+    return rows
+
+
+def predict_rows(rows: list, m: dict, calibration=None, source: str = "shipped calibration") -> None:
+    """Each measured row's step as the step-time model predicts it for the manifest's cluster
+    (``calibration``: a ``predict.Calibration``; None: the shipped one): ``predicted_s`` and
+    ``prediction`` (the calibration used, or why no prediction was made)."""
+    from ..predict.cluster_calibration import MeasuredRow, predicted_step  # start-up: the model only when used
+    from ..predict.inputs import Cluster
+
+    c = m["cluster"]
+    for r in rows:
+        if not r.ok or r.median_s is None:
+            continue
+        try:
+            cluster = Cluster(gpu=str(c.get("gpu")), num_gpus=int(c["num_gpus"]), gpus_per_node=c.get("gpus_per_node"))
+            row = MeasuredRow(id=f"{r.link}/{r.variant}", variant=r.variant, median_s=r.median_s, finalized=r.finalized)
+            r.predicted_s, r.prediction = predicted_step(row, cluster, calibration), source
+        except (ValueError, KeyError, TypeError, ArithmeticError) as e:
+            r.predicted_s, r.prediction = None, f"not made ({str(e).splitlines()[0][:160] if str(e) else type(e).__name__})"

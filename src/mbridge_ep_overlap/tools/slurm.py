@@ -35,6 +35,11 @@ the job takes is printed (``cost_lines``: nodes x GPUs, time limit, GPU-hours, p
 predicted step time and time for the steps) and it is submitted only on confirmation: ``--yes``, or
 ``y`` at the prompt. Without ``--yes`` in a shell that cannot ask (stdin not a terminal) it is exit
 2 before anything is built.
+
+``--variants off,overlap,...`` writes one job array instead, task i running variant i
+(``slurm_variants``: every variant judged first, a refused one refuses all; its own files and
+``bench --report`` layout); ``header``, ``export_lines`` and ``launch_line`` are the parts both
+scripts share.
 """
 
 from __future__ import annotations
@@ -76,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log-dir", default="logs", help="Slurm output, the configs, plan and baseline job (made here)")
     s.add_argument("--nvlink-multicast", choices=("off", "on"), default="off",
                    help="off (default): export the multicast-off variables, winning over the recipe's")
+    s.add_argument("--variants", default=None, metavar="LIST",
+                   help="A/B on the cluster: one job array, task i runs variant i of this comma list of bench's "
+                        "variants (off, overlap, ...; off is added first when missing); bench --report reads its folder")
     s.add_argument("--output", default=None, help="where to write the job script (default: <log-dir>/<job>.sbatch)")
     s.add_argument("--dryrun", action="store_true", help="print the job script (and write its files), submit nothing")
     s.add_argument("--yes", action="store_true", help="submit without asking (scripts)")
@@ -120,10 +128,9 @@ def job_name(args: argparse.Namespace) -> str:
     return args.job_name or f"ep-overlap-{args.recipe.replace(':', '.')}"
 
 
-def render(args: argparse.Namespace, run_argv: list[str], env_vars: dict[str, str], overridden: dict[str, str],
-           files: JobFiles, *, baseline: bool = False) -> str:
-    q = shlex.quote
-    job = files.job + ("-baseline" if baseline else "")
+def header(args: argparse.Namespace, job: str, log_dir: Path, *, output: str = "%x-%j.out",
+           extra: tuple[str, ...] = ()) -> list[str]:
+    """The ``#!`` line and the ``#SBATCH`` lines of a job (``extra``: more of them, e.g. ``--array``)."""
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={sbatch_value('--job-name', job)}",
@@ -132,35 +139,38 @@ def render(args: argparse.Namespace, run_argv: list[str], env_vars: dict[str, st
         f"#SBATCH --gpus-per-node={args.gpus_per_node}",
         "#SBATCH --exclusive",
         f"#SBATCH --time={sbatch_value('--time', args.time)}",
-        f"#SBATCH --output={sbatch_value('--log-dir', str(files.log_dir))}/%x-%j.out",
+        f"#SBATCH --output={sbatch_value('--log-dir', str(log_dir))}/{output}",
+        *extra,
     ]
     if args.partition is not None:
         lines.append(f"#SBATCH --partition={sbatch_value('--partition', args.partition)}")
     if args.account is not None:
         lines.append(f"#SBATCH --account={sbatch_value('--account', args.account)}")
-    config = files.baseline_config if baseline else files.config
-    lines += ["set -euo pipefail", f"echo {q(f'config (finalized, plain Megatron-Bridge YAML): {config}')}"]
-    if baseline:
-        lines.append(f"echo {q(f'this is the EP-overlap-off baseline of {files.script}')}")
-    else:
-        lines += [f"echo {q(f'baseline config (EP overlap off): {files.baseline_config}')}",
-                  f"echo {q(f'plan: {files.plan}')}",
-                  f"echo {q(f'rollback (EP overlap off): {files.rollback()}')}"]
-    lines += [
-        f"cd {q(args.workdir)}",
-        "",
-        "# Environment required by the EP-overlap plan and the recipe (cfg.env_vars), exported",
-        "# before any process starts: CUDA reads CUDA_DEVICE_MAX_CONNECTIONS at initialisation.",
-    ]
-    lines += [f"# the recipe asked {name}={q(value)}; NVLink multicast stays off (--nvlink-multicast on keeps it)"
-              for name, value in sorted(overridden.items())]
-    lines += [f"export {name}={q(value)}" for name, value in sorted(env_vars.items())]
-    lines += [
-        "",
-        'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        "export MASTER_PORT=${MASTER_PORT:-29500}",
-        "",
-    ]
+    return lines
+
+
+def export_lines(env_vars: dict[str, str], overridden: dict[str, str], indent: str = "") -> list[str]:
+    """The plan's and the recipe's variables, exported (and what the multicast-off ones replaced)."""
+    q = shlex.quote
+    lines = [f"{indent}# the recipe asked {name}={q(value)}; NVLink multicast stays off (--nvlink-multicast on keeps it)"
+             for name, value in sorted(overridden.items())]
+    return lines + [f"{indent}export {name}={q(value)}" for name, value in sorted(env_vars.items())]
+
+
+ENV_COMMENT = [
+    "# Environment required by the EP-overlap plan and the recipe (cfg.env_vars), exported",
+    "# before any process starts: CUDA reads CUDA_DEVICE_MAX_CONNECTIONS at initialisation.",
+]
+RENDEZVOUS = [
+    'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+    "export MASTER_PORT=${MASTER_PORT:-29500}",
+]
+
+
+def launch_line(args: argparse.Namespace, run_args: list[str], torchrun_extra: tuple[str, ...] = ()) -> str:
+    """``srun`` -> ``torchrun`` (c10d rendezvous) -> ``scripts/run_script.py RUN_ARGS`` (``run_args``
+    already shell words)."""
+    q = shlex.quote
     srun = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     if args.container_image:
         srun.append(q(f"--container-image={args.container_image}"))
@@ -169,9 +179,25 @@ def render(args: argparse.Namespace, run_argv: list[str], env_vars: dict[str, st
     torchrun = [
         "torchrun", "--nnodes", "$SLURM_NNODES", "--nproc_per_node", str(args.gpus_per_node),
         "--rdzv_id", "$SLURM_JOB_ID", "--rdzv_backend", "c10d", "--rdzv_endpoint", "$MASTER_ADDR:$MASTER_PORT",
-        "scripts/run_script.py", *(q(a) for a in run_argv),
+        *torchrun_extra, "scripts/run_script.py", *run_args,
     ]
-    lines.append(" \\\n  ".join([" ".join(srun), " ".join(torchrun)]))
+    return " \\\n  ".join([" ".join(srun), " ".join(torchrun)])
+
+
+def render(args: argparse.Namespace, run_argv: list[str], env_vars: dict[str, str], overridden: dict[str, str],
+           files: JobFiles, *, baseline: bool = False) -> str:
+    q = shlex.quote
+    lines = header(args, files.job + ("-baseline" if baseline else ""), files.log_dir)
+    config = files.baseline_config if baseline else files.config
+    lines += ["set -euo pipefail", f"echo {q(f'config (finalized, plain Megatron-Bridge YAML): {config}')}"]
+    if baseline:
+        lines.append(f"echo {q(f'this is the EP-overlap-off baseline of {files.script}')}")
+    else:
+        lines += [f"echo {q(f'baseline config (EP overlap off): {files.baseline_config}')}",
+                  f"echo {q(f'plan: {files.plan}')}",
+                  f"echo {q(f'rollback (EP overlap off): {files.rollback()}')}"]
+    lines += [f"cd {q(args.workdir)}", "", *ENV_COMMENT, *export_lines(env_vars, overridden), "", *RENDEZVOUS, ""]
+    lines.append(launch_line(args, [q(a) for a in run_argv]))
     return "\n".join(lines) + "\n"
 
 
@@ -319,6 +345,11 @@ def _write(files: JobFiles, args: argparse.Namespace, run: _Side, base: _Side, m
 
 def _emit(args: argparse.Namespace) -> int:
     _check_job_size(args)
+    names = None
+    if args.variants is not None:  # before the 10-s build: bad variants or flags a variant sets
+        from .slurm_variants import variant_names
+
+        names = variant_names(args)
     for flag in ("--job-name", "--log-dir", "--partition", "--account"):  # before the 10-s build
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is not None:
@@ -329,8 +360,12 @@ def _emit(args: argparse.Namespace) -> int:
                          "pass --yes to submit, or --dryrun to write the job only", "missing")
     spec = spec_from_args(args, num_gpus=args.nodes * args.gpus_per_node)  # the recipe named well, first
     files = JobFiles(Path(args.log_dir).absolute(), sbatch_value("--job-name", job_name(args)))
+    test = None
     if not args.dryrun:  # before the build: a cluster that is not there, or refuses the request, says so at once
-        test = _sbatch(["--test-only", *_request(args), "--wrap", "true"], "nothing was written")
+        array = [f"--array=0-{len(names) - 1}"] if names else []
+        test = _sbatch(["--test-only", *_request(args), *array, "--wrap", "true"], "nothing was written")
+    if names:
+        return _emit_array(args, spec, names, files, minutes, test)
     outcome = plan_report.for_job(spec)  # plan's build, finalize and report: what plan refuses is refused here
     run = _side(spec, outcome.built, outcome.data["finalized"], args)
     with stdout_to_stderr():
@@ -338,6 +373,32 @@ def _emit(args: argparse.Namespace) -> int:
         prediction = _prediction(run.built)
         script = plan_report.into_script(_write(files, args, run, base, minutes, prediction), outcome)
     written = f"configs, plan and baseline job in {files.log_dir}; rollback: {files.rollback()}"
+    steps = getattr(run.built.cfg.train, "train_iters", None)
+    return _submit(args, files, script, written, test, cost_lines(args, minutes, steps, prediction))
+
+
+def _emit_array(args: argparse.Namespace, spec, names: list[str], files: JobFiles, minutes: int | None,
+                test) -> int:
+    """``--variants``: one job array, task i runs variant i (``slurm_variants``)."""
+    from . import slurm_variants
+
+    tasks = slurm_variants.plan_tasks(spec, names)  # every variant judged first; a refused one refuses all
+    for t in tasks:
+        t.side = _side(t.spec, t.outcome.built, t.outcome.data["finalized"], args)
+    with stdout_to_stderr():
+        script, predictions = slurm_variants.write(args, files.job, files.log_dir, tasks, minutes)
+    files.script.write_text(script)  # in the run folder, dry run too: the rollback submits it
+    path = Path(args.output) if args.output else files.script
+    written = (f"configs, plans and {slurm_variants.MANIFEST} in {files.log_dir}; runs in {files.log_dir}/runs; "
+               f"rollback (the overlap-off task alone): {slurm_variants.rollback(path)}")
+    steps = getattr(tasks[0].side.built.cfg.train, "train_iters", None)
+    return _submit(args, files, script, written, test,
+                   slurm_variants.cost_lines(args, minutes, tasks, predictions, steps), array=True)
+
+
+def _submit(args: argparse.Namespace, files: JobFiles, script: str, written: str, test, costs: list[str],
+            array: bool = False) -> int:
+    """Print the script (``--dryrun``), or write it, show what it takes and submit on confirmation."""
     if args.dryrun:
         print(script, end="", flush=True)
         print(f"launch_slurm.py: {written}", file=sys.stderr, flush=True)
@@ -346,15 +407,15 @@ def _emit(args: argparse.Namespace) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(script)
     where = f"the job script is {path}"
-    steps = getattr(run.built.cfg.train, "train_iters", None)
-    print(f"job {path} takes:", *cost_lines(args, minutes, steps, prediction), sep="\n")
+    print(f"job {'array ' if array else ''}{path} takes:", *costs, sep="\n")
     slurm_says = (test.stderr.strip().splitlines() or [""])[-1]
     print(f"  Slurm says     : {slurm_says.removeprefix('sbatch: ')}", f"  {written}", sep="\n", flush=True)
     if not _confirm(args):
         print(f"not submitted; {where}", flush=True)
         return 0
     job_id = _sbatch(["--parsable", str(path)], where).stdout.strip().split(";")[0]
-    print(f"submitted job {job_id}: output {files.log_dir}/{files.job}-{job_id}.out", flush=True)
+    output = f"{files.log_dir}/{files.job}-{job_id}_<task>.out" if array else f"{files.log_dir}/{files.job}-{job_id}.out"
+    print(f"submitted job {job_id}: output {output}", flush=True)
     return 0
 
 
