@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .core.engine import Report
-from .core.errors import EPOverlapError, Severity, UsageError
+from .base.errors import EPOverlapError, Severity, UsageError
 from .core.plan import OverlapPlan
 from .spec import Recipe, RunSpec, resolve_recipe
 from .target.cluster import ClusterEnvironment

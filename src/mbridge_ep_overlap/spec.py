@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .core.dispatcher import DISPATCHERS, validate_name
-from .core.errors import UsageError, require_optional_bool
-from .core.sizes import positive_int
+from .base.errors import UsageError, require_optional_bool
+from .base.sizes import positive_int
 from .target.gpus import GPU_CATALOG, canonical_gpu
 from .target.stack import is_version
 

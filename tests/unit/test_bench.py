@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mbridge_ep_overlap.tools.bench import compare_to_baseline, markdown, plot, run_bench, summarize_run
-from mbridge_ep_overlap.core.errors import UsageError
+from mbridge_ep_overlap.base.errors import UsageError
 
 
 def summary(times, losses, profile=None):

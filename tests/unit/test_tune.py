@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mbridge_ep_overlap.core.errors import UsageError
+from mbridge_ep_overlap.base.errors import UsageError
 from mbridge_ep_overlap.tools import bench, tune
 from mbridge_ep_overlap.tools.launch import Run
 

@@ -33,7 +33,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .errors import UsageError
+from ..base.errors import UsageError
 
 DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep", "auto")
 FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")

@@ -52,13 +52,13 @@ from typing import Any, Callable
 from ..target.cluster import ClusterEnvironment
 from . import dispatcher as dispatchers
 from .engine import Report, evaluate, malformed
-from .errors import EPOverlapError, Severity, UsageError, Violation, require_optional_bool
+from ..base.errors import EPOverlapError, Severity, UsageError, Violation, require_optional_bool
 from .facts import Facts, get_path, set_path
 from .plan import FieldChange, OverlapPlan
 from .rules import RULES_BY_ID
 from .rules.flex import expected_hybridep_ranks
 from .rules.values import MAX_CONNECTIONS
-from .sizes import positive_int
+from ..base.sizes import positive_int
 
 RESOLVE_MODES = ("error", "auto")
 EP_FLAGS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")

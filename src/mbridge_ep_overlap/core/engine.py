@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..target.cluster import ClusterEnvironment
-from .errors import EPOverlapError, Severity, Violation
+from ..base.errors import EPOverlapError, Severity, Violation
 from .facts import Facts
 from .rules import RULES
 

@@ -13,7 +13,7 @@ use and cached), *before* MB finalizes the config, so that a check made early ag
   with MB's own table); ``model.bf16`` is only consulted when no mixed precision is set;
 * environment variables resolve as MB applies them: the launcher's value wins over
   ``cfg.env_vars`` (MB uses ``os.environ.setdefault``);
-* world size comes from the target, else ``WORLD_SIZE``; every derived size from ``core.sizes``.
+* world size comes from the target, else ``WORLD_SIZE``; every derived size from ``base.sizes``.
 
 It never mutates the config. ``get_path`` / ``set_path`` are the dotted-path accessors the
 engine, ``enable`` and the plan share.
@@ -28,7 +28,7 @@ from functools import cached_property
 from typing import Any, Callable
 
 from ..target.cluster import ClusterEnvironment
-from . import sizes
+from ..base import sizes
 
 
 def get_path(obj: Any, path: str, default: Any = None) -> Any:

@@ -26,7 +26,7 @@ Contract
   than ``CLEAR_MARGIN`` (the model's stated accuracy on step time, ``validation.TARGET``).
   ``little_gain`` / ``clearly_faster`` apply them and return the text the rules quote.
 
-Stdlib only (``core.sizes`` and ``target.gpus`` are plain data and arithmetic).
+Stdlib only (``base.sizes`` and ``target.gpus`` are plain data and arithmetic).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from ..core.errors import UsageError
+from ..base.errors import UsageError
 
 HF_CONFIG_DIR = Path(__file__).parent / "hf_configs"
 

@@ -14,10 +14,10 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import sizes
-from ..core.errors import EPOverlapError, UpstreamRefusal
+from ..base import sizes
+from ..base.errors import EPOverlapError, UpstreamRefusal
 from ..core.facts import get_path
-from ..core.values import jsonable
+from ..base.values import jsonable
 from .cluster import ClusterEnvironment
 from .simulate import simulate
 

@@ -51,7 +51,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import EPOverlapError, UsageError, Violation
+from ..base.errors import EPOverlapError, UsageError, Violation
 from ..spec import RunSpec
 from ..target.cluster import RELEVANT_ENV_VARS, ClusterEnvironment
 from .exits import release_stderr

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from .. import __version__
-from ..core.errors import UsageError
+from ..base.errors import UsageError
 
 
 def dataset_helpers_gap() -> str | None:

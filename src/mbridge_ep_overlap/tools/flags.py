@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from ..core.dispatcher import DISPATCHERS, canonical_name
-from ..core.errors import UsageError
+from ..base.errors import UsageError
 from ..spec import RESOLVE_MODES, RunSpec, TargetSpec
 from ..target.gpus import GPU_CATALOG, canonical_gpu
 from .exits import positive_int

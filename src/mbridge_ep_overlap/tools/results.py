@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import UsageError
-from ..core.sizes import INT64_MAX, shown
+from ..base.errors import UsageError
+from ..base.sizes import INT64_MAX, shown
 
 
 @dataclass

@@ -33,7 +33,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..core.errors import UsageError
+from ..base.errors import UsageError
 from .exits import OneLineArgumentParser, crash_stream, release_stderr, run_reporting_errors
 from .flags import add_spec_arguments, parse, spec_from_args
 from .mb_flags import TABLE as MB_TABLE
@@ -176,7 +176,7 @@ def env_too_late(env_vars: dict, environ, cuda_initialized: bool) -> dict[str, s
     afterwards changes nothing. Empty when nothing is late, or after a re-execution."""
     if not cuda_initialized or environ.get(REEXEC_MARK):
         return {}
-    from ..core.values import env_value  # start-up speed: the training path only
+    from ..base.values import env_value  # start-up speed: the training path only
 
     return {str(k): env_value(v) for k, v in (env_vars or {}).items() if str(k) not in environ}
 

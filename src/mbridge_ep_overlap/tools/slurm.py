@@ -48,7 +48,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import UsageError
+from ..base.errors import UsageError
 from .exits import OneLineArgumentParser, positive_int, run_reporting_errors, stdout_to_stderr
 from .flags import add_spec_arguments, parse, spec_from_args, to_argv
 from . import plan_report

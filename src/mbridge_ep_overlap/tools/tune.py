@@ -57,8 +57,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core.errors import UsageError
-from ..core.sizes import INT64_MAX
+from ..base.errors import UsageError
+from ..base.sizes import INT64_MAX
 from . import bench, results
 from .exits import release_stderr
 from .bench import Variant

@@ -18,7 +18,7 @@ from typing import Callable
 
 from ...predict.config import CLEAR_MARGIN, MIN_GAIN, clearly_faster, little_gain
 from .. import dispatcher
-from ..errors import Severity
+from ...base.errors import Severity
 from ..facts import Facts
 from .base import Family, When, rule
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import dispatcher
-from ..errors import Severity
+from ...base.errors import Severity
 from ..facts import Facts
 from .base import Family, Upstream, When, rule, without
 
