@@ -17,16 +17,15 @@ the plan (None with overlap off), the report and the target; ``finalize(built)``
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .base.errors import EPOverlapError, UsageError
 from .core.engine import Report
-from .base.errors import EPOverlapError, Severity, UsageError
-from .core.plan import OverlapPlan
+from .core.plan import FieldChange, OverlapPlan
 from .spec import Recipe, RunSpec, resolve_recipe
 from .target.cluster import ClusterEnvironment
 
@@ -39,6 +38,8 @@ class Built:
     cfg: Any
     plan: OverlapPlan | None
     report: Report
+    changes: list[FieldChange] = dataclasses.field(default_factory=list)
+    """Every field the build set (the plan's changes with overlap on; turning it off and the dispatcher's with it off)."""
 
 
 def resolve_target(spec: RunSpec, recipe: Recipe) -> ClusterEnvironment:
@@ -190,16 +191,15 @@ def build(spec: RunSpec, *, target: ClusterEnvironment | None = None,
     recipe = resolve_recipe(spec.recipe)
     recipe.function()  # an unknown module or function is bad usage before anything else is asked
     target = target or resolve_target(spec, recipe)
-    from .target.simulate import simulate
+    from .target.simulate import on_target
 
-    with simulate(target) if target.described else contextlib.nullcontext():
+    with on_target(target):  # the one simulation of a described target for the whole build
         return _build(spec, recipe, target, forward_step_func)
 
 
 def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_step_func: Callable | None) -> Built:
-    from .core import dispatcher, enforcement
-    from .core.enable import (Options, Session, add_missing_sections, disable_ep_overlap, hybridep_environment,
-                              mb_fallback, refuse_malformed, settle_recipe_fallback)
+    from .core import enforcement
+    from .core.enable import Options, Session, add_missing_sections, disable_ep_overlap, refuse_malformed
     from .core.engine import UNREADABLE, evaluate
     from .core.forward_step import forward_step
 
@@ -210,7 +210,8 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
     entry = recipe.entry
     if spec.ep_overlap:
         options = Options(
-            dispatcher=spec.dispatcher or entry.dispatcher,
+            dispatcher=spec.dispatcher,
+            registered_dispatcher=entry.dispatcher,
             delay_wgrad=entry.delay_wgrad if spec.delay_wgrad is None else spec.delay_wgrad,
             high_priority_a2a=entry.high_priority_a2a if spec.high_priority_a2a is None else spec.high_priority_a2a,
             resolve=spec.resolve,
@@ -234,36 +235,25 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
         if spec.overrides:
             plan.notes.append(f"overrides applied after enable_ep_overlap: {' '.join(spec.overrides)}")
         enforcement.install(cfg)
-    else:
-        disable_ep_overlap(cfg)
-        fell_back = None
-        if spec.dispatcher and not getattr(cfg.model, "num_moe_experts", None):
-            raise UsageError("--dispatcher", spec.dispatcher, f"a MoE model (recipe {recipe.name} has no experts: "
-                             "num_moe_experts is unset)", "invalid")
-        # the recipe's own flex request MB fell back from: replaced by --dispatcher, accepted by resolve='auto'
-        recipe_fell_back = settle_recipe_fallback(cfg, spec.dispatcher, spec.resolve, target)
-        if spec.dispatcher == "alltoall":
-            for name, value in dispatcher.ALLTOALL_FIELDS.items():
-                setattr(cfg.model, name, value)
-        elif spec.dispatcher:  # a flex backend ('auto' is refused with overlap off: RunSpec.validated)
-            if not dispatcher.apply(cfg.model, spec.dispatcher, target):  # MB's silent allow-list fallback
-                fell_back = mb_fallback(spec.dispatcher, target)
-            elif spec.dispatcher == "hybridep":
-                if cfg.env_vars is None:
-                    cfg.env_vars = {}
-                for name, (value, _) in hybridep_environment(cfg, target).items():
-                    cfg.env_vars.setdefault(name, value)
-        apply_overrides(cfg, spec.overrides)
-        report = evaluate(cfg, target, forward_step_func)
-        if recipe_fell_back is not None:
-            report.violations.insert(0, recipe_fell_back)
-        if fell_back is not None:
-            if spec.resolve == "error":
-                raise EPOverlapError([fell_back, *report.violations], "build", overlap=False)
-            report.violations.insert(0, dataclasses.replace(fell_back, severity=Severity.WARNING))
-        report.raise_for_errors("build")
-        plan = None
-    return Built(spec, recipe, target, cfg, plan, report)
+        return Built(spec, recipe, target, cfg, plan, report, list(plan.changes))
+    changes = disable_ep_overlap(cfg)
+    if spec.dispatcher and not getattr(cfg.model, "num_moe_experts", None):
+        raise UsageError("--dispatcher", spec.dispatcher, f"a MoE model (recipe {recipe.name} has no experts: "
+                         "num_moe_experts is unset)", "invalid")
+    # the dispatcher as with overlap on (``Session.configure_dispatcher``): a recipe's flex request MB
+    # fell back from is replaced by --dispatcher or accepted by resolve='auto'; MB's silent fallback
+    # from a requested backend is refused (resolve='error') or a warning
+    session = Session(cfg, Options(dispatcher=spec.dispatcher, resolve=spec.resolve), target, forward_step_func)
+    session.configure_dispatcher(overlap=False)
+    if session.decision is not None:
+        session.set_dispatcher_environment()
+    apply_overrides(cfg, spec.overrides)
+    report = evaluate(cfg, target, forward_step_func)
+    report.violations[:0] = session.warnings
+    if session.fallback is not None:
+        raise EPOverlapError([session.fallback, *report.violations], "build", overlap=False)
+    report.raise_for_errors("build")
+    return Built(spec, recipe, target, cfg, None, report, changes + session.edit.changes)
 
 
 def finalize(built: Built):

@@ -32,13 +32,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .core.dispatcher import DISPATCHERS, validate_name
+from .base.choices import AUTO, DISPATCHERS, NAMED_DISPATCHERS, dispatcher_name, resolve_mode
 from .base.errors import UsageError, require_optional_bool
 from .base.sizes import positive_int
 from .target.gpus import GPU_CATALOG, canonical_gpu
 from .target.stack import is_version
 
-RESOLVE_MODES = ("error", "auto")
 RECIPE_ENTRY_POINTS = "mbridge_ep_overlap.recipes"
 SIZE_FIELDS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
                "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size")
@@ -107,6 +106,15 @@ class RunSpec:
         return dataclasses.replace(self, **changes)
 
     def validated(self) -> "RunSpec":
+        """This spec with names canonical, checked once: the spec returned is marked, and a later
+        call on it (``build`` after a front end) returns it as it is."""
+        if self.__dict__.get(_CHECKED):
+            return self
+        checked = self._checked()
+        object.__setattr__(checked, _CHECKED, True)  # not a field: equality, replace and YAML ignore it
+        return checked
+
+    def _checked(self) -> "RunSpec":
         if not isinstance(self.recipe, str) or not self.recipe:
             raise UsageError("recipe", self.recipe, "a registered recipe name or MODULE:FUNCTION")
         if ":" in self.recipe:
@@ -117,18 +125,20 @@ class RunSpec:
             raise UsageError("overrides", self.overrides, "a tuple of 'key=value' strings", "invalid")
         if self.hf_config_dir is not None and (not isinstance(self.hf_config_dir, str) or not self.hf_config_dir):
             raise UsageError("hf_config_dir", self.hf_config_dir, "a folder path (str) or None", "invalid")
-        if self.dispatcher is not None and self.dispatcher != validate_name(self.dispatcher):
-            return self.replace(dispatcher=validate_name(self.dispatcher)).validated()
-        if self.resolve not in RESOLVE_MODES:
-            raise UsageError("resolve mode", self.resolve, RESOLVE_MODES)
+        spec = self  # with its names canonical
+        if self.dispatcher is not None:
+            name = dispatcher_name(self.dispatcher)
+            if name != self.dispatcher:
+                spec = self.replace(dispatcher=name)
+        resolve_mode(self.resolve)
         for name in ("ep_overlap", "force_balance"):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(name, getattr(self, name), (True, False), "invalid")
         for name in ("delay_wgrad", "high_priority_a2a"):
             require_optional_bool(name, getattr(self, name))
         if not self.ep_overlap:
-            if self.dispatcher == "auto":  # auto ranks dispatchers for the overlapped schedule
-                raise UsageError("dispatcher", "auto", "a named dispatcher (alltoall, deepep, hybridep, ncclep) "
+            if spec.dispatcher == AUTO:  # auto ranks dispatchers for the overlapped schedule
+                raise UsageError("dispatcher", AUTO, f"a named dispatcher ({', '.join(NAMED_DISPATCHERS)}) "
                                  "or none while EP overlap is off", "invalid")
             for name, neutral in (("delay_wgrad", False), ("high_priority_a2a", False)):
                 if getattr(self, name) not in (None, neutral):  # would be silently meaningless
@@ -143,7 +153,10 @@ class RunSpec:
                 raise UsageError("override", item, "key=value with a dotted field path, e.g. train.train_iters=10",
                                  "malformed")
         target = self.target.validated()
-        return self if target is self.target else self.replace(target=target)
+        return spec if target is self.target else spec.replace(target=target)
+
+
+_CHECKED = "_ep_overlap_checked"
 
 
 # ---- recipes -----------------------------------------------------------------------------------
@@ -165,8 +178,15 @@ class RecipeEntry:
 class Recipe:
     name: str
     entry: RecipeEntry
+    _loaded: list = field(default_factory=list, compare=False, repr=False)
+    """The function once loaded: ``function()`` imports and checks it once per ``Recipe``."""
 
     def function(self) -> Callable[[], Any]:
+        if not self._loaded:
+            self._loaded.append(self._load())
+        return self._loaded[0]
+
+    def _load(self) -> Callable[[], Any]:
         from .target import shims
 
         module_name, attr = check_function_path(self.entry.function)

@@ -29,27 +29,7 @@ from typing import Any, Callable
 
 from ..target.cluster import ClusterEnvironment
 from ..base import sizes
-
-
-def get_path(obj: Any, path: str, default: Any = None) -> Any:
-    """``get_path(cfg, "model.recompute_method")``; ``env_vars.NAME`` indexes the dict."""
-    for part in path.split("."):
-        if obj is None:
-            return default
-        if isinstance(obj, dict):
-            obj = obj.get(part, default)
-        else:
-            obj = getattr(obj, part, default)
-    return obj
-
-
-def set_path(obj: Any, path: str, value: Any) -> None:
-    head, _, last = path.rpartition(".")
-    parent = get_path(obj, head) if head else obj
-    if isinstance(parent, dict):
-        parent[last] = value
-    else:
-        setattr(parent, last, value)
+from ..base.values import get_path, set_path  # noqa: F401 - the config paths every rule reads, re-exported
 
 
 def _comm_overlap_flag(cfg: Any, name: str) -> bool:

@@ -38,9 +38,10 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from ..base import sizes
+from ..base.choices import NAMED_DISPATCHERS
 from . import precision as _precision_of
 
-DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep")
+DISPATCHERS = NAMED_DISPATCHERS
 INT64_MAX, shown = sizes.INT64_MAX, sizes.shown  # the bound on every size and on the tokens per step
 MAX_LAYER_PATTERN = 1 << 20  # a Megatron-LM layer-pattern string expands to at most this many layers here
 TRANSFORMER_IMPLS = ("transformer_engine", "local")

@@ -145,6 +145,15 @@ def _te_modules(te_version: str) -> dict[str, types.ModuleType]:
     return dict(zip(TE_MODULES, (te, pytorch, optimizers)))
 
 
+def on_target(env: ClusterEnvironment) -> contextlib.AbstractContextManager:
+    """``simulate(env)`` for a described target that is not simulated already, else nothing: a
+    build enters the target's simulation once, and the steps inside it (MB's flex-backend call, a
+    recipe's build) run in that one."""
+    if not env.described or _SIMULATED.get() is env:
+        return contextlib.nullcontext(env)
+    return simulate(env)
+
+
 @contextlib.contextmanager
 def simulate(env: ClusterEnvironment) -> Iterator[ClusterEnvironment]:
     """Fake the hardware, world size, launcher variables and TE version gates of ``env``."""

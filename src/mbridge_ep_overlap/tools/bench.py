@@ -51,6 +51,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..base.choices import DEEP_EP_BACKENDS, MEASURED_DISPATCHERS
 from ..base.errors import EPOverlapError, UsageError, Violation
 from ..spec import RunSpec
 from ..target.cluster import RELEVANT_ENV_VARS, ClusterEnvironment
@@ -241,7 +242,7 @@ def is_like_for_like(r: VariantResult) -> bool:
     """False for a flex dispatcher (DeepEP / HybridEP) on the throttled link: ``NCCL_P2P_DISABLE``
     throttles NCCL only, their tokens still cross NVLink (see docs/benchmarks.md)."""
     f = r.finalized or {}
-    flex = f.get("moe_token_dispatcher_type") == "flex" or r.variant in ("deepep", "hybridep")
+    flex = f.get("moe_token_dispatcher_type") == "flex" or r.variant in DEEP_EP_BACKENDS
     return not (flex and r.link == "throttled")
 
 
@@ -687,7 +688,7 @@ def add_parser(sub) -> None:
                    help="search the overlap knobs (off + overlap, then one knob at a time on the best) within --budget")
     t.add_argument("--budget", type=positive_int, default=None, metavar="SECONDS",
                    help="--tune: wall-clock budget of this invocation (runs are estimated from the previous ones)")
-    t.add_argument("--dispatcher", default=None, choices=("alltoall", "deepep", "hybridep"),
+    t.add_argument("--dispatcher", default=None, choices=MEASURED_DISPATCHERS,
                    help="--tune: the overlapped dispatcher to tune (default alltoall)")
     t.add_argument("--mem-tolerance", type=float, default=None,
                    help="--tune: peak memory allowed above the overlap baseline's, as a fraction (default 0.02)")

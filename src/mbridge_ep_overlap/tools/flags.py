@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..core.dispatcher import DISPATCHERS, canonical_name
+from ..base.choices import DISPATCHERS, ON_OFF, RESOLVE_MODES, canonical_dispatcher
 from ..base.errors import UsageError
-from ..spec import RESOLVE_MODES, RunSpec, TargetSpec
+from ..spec import RunSpec, TargetSpec
 from ..target.gpus import GPU_CATALOG, canonical_gpu
 from .exits import positive_int
 
@@ -27,7 +27,6 @@ SIZE_FLAGS = {
     "--global-batch-size": "global_batch_size", "--micro-batch-size": "micro_batch_size",
     "--seq-length": "seq_length", "--max-steps": "max_steps",
 }
-ON_OFF = {"on": True, "off": False}
 # RunSpec field -> the flag that sets it, to name the flag when the spec refuses a value
 FIELD_FLAGS = {**{name: flag for flag, name in SIZE_FLAGS.items()}, "delay_wgrad": "--delay-wgrad",
                "high_priority_a2a": "--a2a-priority", "dispatcher": "--dispatcher", "resolve": "--resolve",
@@ -40,7 +39,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, recipe_default: str |
     g.add_argument("--recipe", required=recipe_default is None, default=recipe_default,
                    help="registered recipe name (`mbridge-ep-overlap recipes`) or MODULE:FUNCTION")
     g.add_argument("--ep-overlap", choices=ON_OFF, default="on", help="off really turns a recipe's overlap off")
-    g.add_argument("--dispatcher", type=canonical_name, choices=DISPATCHERS, default=None, help="default: the recipe's")
+    g.add_argument("--dispatcher", type=canonical_dispatcher, choices=DISPATCHERS, default=None, help="default: the recipe's")
     g.add_argument("--delay-wgrad", choices=ON_OFF, nargs="?", const="on", default=None,
                    help="delayed weight-gradient compute (needs TE); default: the recipe's")
     g.add_argument("--a2a-priority", choices=("default", "high"), default=None,

@@ -32,10 +32,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..base.choices import MEASURED_DISPATCHERS
 from ..core.dispatcher import IPC_HEALTH_KEY
 from .launch import child_environment, clear_folder, free_port, rank_crashes, rank_texts, read_logs, run_process_group
 
-BACKENDS = ("alltoall", "deepep", "hybridep")
+BACKENDS = MEASURED_DISPATCHERS
 TIMEOUTS_S = {"alltoall": 90, "deepep": 150, "hybridep": 180}
 """Per-backend hard timeouts (``EP_OVERLAP_SMOKE_TIMEOUT`` overrides them all): start-up takes ~15 s;
 HybridEP JIT-compiles its kernels with nvcc on first use."""

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..base.choices import DEEP_EP_BACKENDS, MEASURED_DISPATCHERS
 from ..base.errors import UsageError
 from ..base.sizes import INT64_MAX
 from . import bench, results
@@ -250,7 +251,7 @@ def _nccl_ep(ctx: Context) -> list[Change] | str:
 
 
 def _flex_sms(ctx: Context) -> list[Change] | str:
-    if ctx.dispatcher not in ("deepep", "hybridep"):
+    if ctx.dispatcher not in DEEP_EP_BACKENDS:
         return "only for the flex dispatchers (deepep, hybridep)"
     return [Change("flex_num_sms", f"flex_sms={n}", overrides=(f"model.moe_flex_dispatcher_num_sms={n}",),
                    why=f"{n} SMs for DeepEP/HybridEP dispatch and combine") for n in (16, 32)]
@@ -450,8 +451,8 @@ def tune(recipe: str, nproc: int, shape: str, link: str, out: Path, budget_s: fl
     bench.validate_request(recipe, nproc, ["off", "overlap"], [link], steps, warmup, profile)
     if not isinstance(budget_s, (int, float)) or budget_s <= 0:
         raise UsageError("--budget", budget_s, "seconds > 0", "invalid")
-    if dispatcher not in ("alltoall", "deepep", "hybridep"):
-        raise UsageError("--dispatcher", dispatcher, ("alltoall", "deepep", "hybridep"))
+    if dispatcher not in MEASURED_DISPATCHERS:
+        raise UsageError("--dispatcher", dispatcher, MEASURED_DISPATCHERS)
     for what, value in (("--mem-tolerance", mem_tolerance), ("--min-gain", min_gain)):
         if not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise UsageError(what, value, "a fraction in [0, 1)", "invalid")
