@@ -35,7 +35,7 @@ from typing import Any, Callable
 from .base.choices import AUTO, DISPATCHERS, NAMED_DISPATCHERS, dispatcher_name, resolve_mode
 from .base.errors import UsageError, require_optional_bool
 from .base.sizes import positive_int
-from .target.gpus import GPU_CATALOG, canonical_gpu
+from .base.gpus import GPU_CATALOG, canonical_gpu
 from .target.stack import is_version
 
 RECIPE_ENTRY_POINTS = "mbridge_ep_overlap.recipes"
@@ -232,7 +232,7 @@ class Recipe:
         if not isinstance(cfg, ConfigContainer):
             raise UsageError("recipe function", self.entry.function,
                              f"a function returning a ConfigContainer (it returned {type(cfg).__name__})", "invalid")
-        from .core.enable import require_config
+        from .core.arguments import require_config
 
         try:
             require_config(cfg)

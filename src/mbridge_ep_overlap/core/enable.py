@@ -52,6 +52,7 @@ from typing import Any, Callable
 from ..base.choices import ALLTOALL, dispatcher_name, resolve_mode
 from ..target.cluster import ClusterEnvironment
 from . import dispatcher as dispatchers
+from .arguments import require_config, require_target
 from .engine import Report, evaluate, malformed
 from ..base.errors import EPOverlapError, Severity, UsageError, Violation, require_optional_bool
 from .facts import Facts, get_path, set_path
@@ -124,43 +125,6 @@ class _Editor:
 
 def _plain(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str, list, tuple, dict))
-
-
-def require_config(cfg: Any) -> None:
-    """A Megatron-Bridge ConfigContainer whose sections EP overlap edits or reads have their types,
-    or UsageError naming the section (not an AttributeError deep inside): ``cfg.train = None`` is
-    the same usage error as ``cfg.model = None``. Values inside the sections are the value rules'
-    business (``rules.values``, checked before any edit)."""
-    from megatron.bridge.training.comm_overlap import CommOverlapConfig
-    from megatron.bridge.training.config import ConfigContainer
-    from megatron.core.distributed import DistributedDataParallelConfig
-    from megatron.core.optimizer import OptimizerConfig
-    from megatron.core.transformer.transformer_config import TransformerConfig
-    from megatron.training.config import DistributedInitConfig, SchedulerConfig, TrainingConfig
-
-    if not isinstance(cfg, ConfigContainer):
-        raise UsageError("config", type(cfg).__name__, "a Megatron-Bridge ConfigContainer (what an MB recipe returns)",
-                         "invalid")
-    sections = (("model", TransformerConfig, "a model provider (a TransformerConfig, e.g. GPTModelProvider)"),
-                ("comm_overlap", (CommOverlapConfig, type(None)), "a CommOverlapConfig or None"),
-                # the sections every ConfigContainer has, which the rules and MB's finalize read unguarded
-                ("train", TrainingConfig, "a TrainingConfig"), ("optimizer", OptimizerConfig, "an OptimizerConfig"),
-                ("ddp", DistributedDataParallelConfig, "a DistributedDataParallelConfig"),
-                ("dist", DistributedInitConfig, "a DistributedInitConfig"),
-                ("scheduler", SchedulerConfig, "a SchedulerConfig"))
-    for name, kind, allowed in sections:
-        value = getattr(cfg, name, None)
-        if not isinstance(value, kind):
-            plain = isinstance(value, (str, float, type(None))) or (isinstance(value, int) and value.bit_length() <= 64)
-            shown = value if plain else type(value).__name__
-            raise UsageError(f"config section cfg.{name}", shown, allowed, "invalid")
-
-
-def require_target(environment: Any) -> None:
-    if environment is not None and not isinstance(environment, ClusterEnvironment):
-        raise UsageError("environment", environment,
-                         "a ClusterEnvironment from describe(gpu, num_gpus) or probe(), or None for this machine",
-                         "invalid")
 
 
 def mb_fallback(backend: str, target: ClusterEnvironment) -> Violation:

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..base.errors import UsageError
 from ..base.sizes import positive_int
-from .gpus import GPU_CATALOG, canonical_gpu
+from ..base.gpus import GPU_CATALOG, canonical_gpu
 from .stack import REFERENCE_TE_VERSION, is_version
 
 # Launcher variables EP overlap depends on (read by the doctor and by the rules).

@@ -31,7 +31,7 @@ import types
 from typing import Any, Iterator
 
 from .cluster import ClusterEnvironment
-from .gpus import GPU_CATALOG, match
+from ..base.gpus import GPU_CATALOG, match
 
 _SIMULATED: contextvars.ContextVar[ClusterEnvironment | None] = contextvars.ContextVar(
     "mbridge_ep_overlap_simulated_target", default=None

@@ -16,7 +16,7 @@ import argparse
 from ..base.choices import DISPATCHERS, ON_OFF, RESOLVE_MODES, canonical_dispatcher
 from ..base.errors import UsageError
 from ..spec import RunSpec, TargetSpec
-from ..target.gpus import GPU_CATALOG, canonical_gpu
+from ..base.gpus import GPU_CATALOG, canonical_gpu
 from .exits import positive_int
 
 # flag -> RunSpec field, for the parallel and batch sizes

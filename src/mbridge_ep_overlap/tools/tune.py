@@ -65,6 +65,7 @@ from .exits import release_stderr
 from .bench import Variant
 from .results import Shown, VariantResult, short_value
 from .numerics import compare_losses
+from .tables import num, pct, write_json
 
 # ---- Megatron-Core's per-process-group NCCL options ---------------------------------------------
 # megatron/core/parallel_state.py (0.19.2): initialize_model_parallel(nccl_communicator_config_path)
@@ -413,7 +414,7 @@ def _save_state(out: Path, request: dict, trials: list[Trial]) -> None:
              "trials": [{"name": t.name, "labels": t.labels, "knob": t.knob, "status": t.status,
                          "result": t.result.__dict__} for t in trials]}
     (out / "tune.json").write_text(json.dumps(state, indent=2, default=str))
-    bench._write_json([t.result for t in trials], out)
+    write_json([t.result for t in trials], out)
 
 
 def judge(trial: Trial, off: Trial | None, mem_limit_gib: float | None) -> str:
@@ -558,7 +559,7 @@ def _line(t: Trial, off: Trial | None) -> str:
     if not r.ok or r.median_s is None:
         return f"{t.name}: {t.status}"
     vs = f", {off.result.median_s / r.median_s:.3f}x vs off" if off and off.result.median_s and t is not off else ""
-    return f"{t.name}: {r.median_s:.3f} s/step{vs}, peak {bench._num(r.peak_gib, '.1f')} GiB - {t.status}" + (" (cached)" if t.cached else "")
+    return f"{t.name}: {r.median_s:.3f} s/step{vs}, peak {num(r.peak_gib, '.1f')} GiB - {t.status}" + (" (cached)" if t.cached else "")
 
 
 def _finish(out: Path, link: str, request: dict, trials: list[Trial], winner: Trial | None, order: list[str],
@@ -588,7 +589,7 @@ def _finish(out: Path, link: str, request: dict, trials: list[Trial], winner: Tr
                 "`bench --tuned tuned.json --variants off,overlap:hiprio,tuned`.", ""]
     doc.append(bench.summary_line(rows))
     (out / "tune.md").write_text("\n".join(doc) + "\n")
-    bench._write_outputs(rows, out, f"{request['recipe']}, {request['nproc']} GPUs, shape {request['shape']}, tune")
+    bench.write_outputs(rows, out, f"{request['recipe']}, {request['nproc']} GPUs, shape {request['shape']}, tune")
     print(text)
     if tuned:
         print("tune: winner: " + tuned["advice"])
@@ -616,11 +617,11 @@ def ranking(trials: list[Trial], winner: Trial | None) -> str:
         e = bench.efficiency(r)
         vs_off = f"{off.result.median_s / r.median_s:.3f}x" if off and off.result.median_s else "-"
         vs_ov = f"{ov.result.median_s / r.median_s:.3f}x" if ov and ov.result.ok and ov.result.median_s else "-"
-        share = "-" if r.share_of_gain is None else f"{r.share_of_gain:.0%} ({bench._pct(r.share_of_gain_off_ideal)})"
+        share = "-" if r.share_of_gain is None else f"{r.share_of_gain:.0%} ({pct(r.share_of_gain_off_ideal)})"
         idle = "-" if r.idle_step_s is None else f"{r.idle_step_s:.3f}"
         hidden = f"{e['hidden_fraction']:.0%}" if e else "-"
         lines.append(f"| {rank} | {t.name}{mark} | {r.median_s:.3f} | {vs_off} | {vs_ov} | {share} | {hidden} | "
-                     f"{idle} | {bench._num(r.peak_gib, '.1f')} | {t.status}{' (cached)' if t.cached else ''} |")
+                     f"{idle} | {num(r.peak_gib, '.1f')} | {t.status}{' (cached)' if t.cached else ''} |")
     return "\n".join(lines)
 
 
@@ -810,3 +811,11 @@ def apply_tuned(cfg: Any, path: Path) -> dict:
 __all__ = ["tune", "tune_links", "Change", "Candidate", "Context", "KNOBS", "order_knobs", "evidence", "nccl_yaml",
            "check_nccl_config", "check_nccl_file", "tuned_problems", "load_tuned", "apply_tuned", "write_tuned",
            "ranking", "NCCL_PG_NAMES"]
+
+
+def load_tuned_variant(path: Path) -> Variant:
+    """The variant ``tuned`` from a ``tuned.json`` written by ``bench --tune`` (``tune.load_tuned``
+    checks the file; ``check_jobs`` judges its settings before anything is launched)."""
+    t = load_tuned(path)
+    changes = {"ep_overlap": True, "dispatcher": t["dispatcher"]} if t["ep_overlap"] else {"ep_overlap": False}
+    return Variant(changes, dict(t["env"]), overrides=tuple(t["overrides"]), source=f"tuned file {path}")
