@@ -24,10 +24,17 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .base.errors import EPOverlapError, UsageError
-from .core.engine import Report
+from .base.values import get_path
+from .core.enable import Options, Session, add_missing_sections, disable_ep_overlap, refuse_malformed
+from .core.engine import UNREADABLE, Report, evaluate
 from .core.plan import FieldChange, OverlapPlan
-from .spec import Recipe, RunSpec, resolve_recipe
-from .target.cluster import ClusterEnvironment
+from .spec import SIZE_FIELDS, Recipe, RunSpec, resolve_recipe
+from .target import shims
+from .target.cluster import ClusterEnvironment, describe
+from .target.probe import probe
+from .target.simulate import on_target
+from .target.simulated_finalize import finalize_for
+from .target.stack import deep_ep_version, te_version
 
 
 @dataclass
@@ -43,13 +50,8 @@ class Built:
 
 
 def resolve_target(spec: RunSpec, recipe: Recipe) -> ClusterEnvironment:
-    from .target.cluster import describe
-    from .target.stack import deep_ep_version, te_version
-
     t = spec.target
     if t.this_machine:
-        from .target.probe import probe
-
         return probe()
     gpu, num = t.gpu or recipe.entry.gpu, t.num_gpus or recipe.entry.num_gpus
     if gpu is None or num is None:
@@ -60,8 +62,6 @@ def resolve_target(spec: RunSpec, recipe: Recipe) -> ClusterEnvironment:
 
 
 def apply_sizes(cfg: Any, spec: RunSpec) -> None:
-    from .spec import SIZE_FIELDS
-
     for name in SIZE_FIELDS:
         value = getattr(spec, name)
         if value is not None:
@@ -84,12 +84,8 @@ def apply_overrides(cfg: Any, overrides: tuple[str, ...] | list[str]) -> None:
     key or an unresolvable value is bad usage (one line naming the override), never a traceback."""
     if not overrides:
         return
-    import dataclasses
-
     from megatron.bridge.training.utils.omegaconf_utils import OverridesError, process_config_with_overrides
     from omegaconf.errors import OmegaConfBaseException
-
-    from .core.facts import get_path
 
     missing = object()
     hydra, fields = [], []
@@ -184,23 +180,17 @@ def _checked_arguments(spec: Any, target: Any) -> tuple[RunSpec, ClusterEnvironm
 def build(spec: RunSpec, *, target: ClusterEnvironment | None = None,
           forward_step_func: Callable | None = None) -> Built:
     """``forward_step_func``: the step the run will train with (default: ``mbridge_ep_overlap.forward_step``)."""
-    from .target import shims
-
     spec, target = _checked_arguments(spec, target)
     shims.install()
     recipe = resolve_recipe(spec.recipe)
     recipe.function()  # an unknown module or function is bad usage before anything else is asked
     target = target or resolve_target(spec, recipe)
-    from .target.simulate import on_target
-
     with on_target(target):  # the one simulation of a described target for the whole build
         return _build(spec, recipe, target, forward_step_func)
 
 
 def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_step_func: Callable | None) -> Built:
-    from .core import enforcement
-    from .core.enable import Options, Session, add_missing_sections, disable_ep_overlap, refuse_malformed
-    from .core.engine import UNREADABLE, evaluate
+    from .core import enforcement  # function-level for start-up speed: both import Megatron-Bridge
     from .core.forward_step import forward_step
 
     forward_step_func = forward_step_func or forward_step  # the step scripts/run_script.py trains with
@@ -259,8 +249,7 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
 def finalize(built: Built):
     """MB's real ``runtime_config_update`` of ``built.cfg`` for its target (hardware and version
     gates simulated for a described target), reusing the build's rule evaluation."""
-    from .core import enforcement
-    from .target.simulated_finalize import finalize_for
+    from .core import enforcement  # function-level for start-up speed: it imports Megatron-Bridge
 
     with enforcement.already_checked(built.cfg, built.report):
         return finalize_for(built.cfg, built.target)

@@ -36,6 +36,10 @@ from .base.choices import AUTO, DISPATCHERS, NAMED_DISPATCHERS, dispatcher_name,
 from .base.errors import UsageError, require_optional_bool
 from .base.sizes import positive_int
 from .base.gpus import GPU_CATALOG, canonical_gpu
+from .core.arguments import require_config
+from .core.dispatcher import recording_recipe_requests
+from .target import shims
+from .target.offline import offline_architectures
 from .target.stack import is_version
 
 RECIPE_ENTRY_POINTS = "mbridge_ep_overlap.recipes"
@@ -187,8 +191,6 @@ class Recipe:
         return self._loaded[0]
 
     def _load(self) -> Callable[[], Any]:
-        from .target import shims
-
         module_name, attr = check_function_path(self.entry.function)
         shims.install()  # recipe modules import Megatron-Bridge
         try:
@@ -215,9 +217,6 @@ class Recipe:
         """The recipe's ``ConfigContainer``, built with the architecture files available offline."""
         from megatron.bridge.training.config import ConfigContainer
 
-        from .core.dispatcher import recording_recipe_requests
-        from .target.offline import offline_architectures
-
         fn = self.function()
         with offline_architectures(hf_config_dir), recording_recipe_requests():  # MB's silent flex fallback, seen
             try:
@@ -232,8 +231,6 @@ class Recipe:
         if not isinstance(cfg, ConfigContainer):
             raise UsageError("recipe function", self.entry.function,
                              f"a function returning a ConfigContainer (it returned {type(cfg).__name__})", "invalid")
-        from .core.arguments import require_config
-
         try:
             require_config(cfg)
         except UsageError as e:
