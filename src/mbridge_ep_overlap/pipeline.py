@@ -61,7 +61,7 @@ def resolve_target(spec: RunSpec, recipe: Recipe) -> ClusterEnvironment:
     return describe(gpu, num, te_version=te_version(t.te), deep_ep_version=deep_ep_version(t.deep_ep))
 
 
-def apply_sizes(cfg: Any, spec: RunSpec) -> None:
+def _apply_sizes(cfg: Any, spec: RunSpec) -> None:
     for name in SIZE_FIELDS:
         value = getattr(spec, name)
         if value is not None:
@@ -110,7 +110,7 @@ def apply_overrides(cfg: Any, overrides: tuple[str, ...] | list[str]) -> None:
                          "invalid") from None
     for item, key, parent_path, leaf, old in fields:  # MB applies a value of any type as it is
         parent = get_path(cfg, parent_path) if parent_path else cfg
-        required = wrong_type(parent, leaf, old, get_path(cfg, key))
+        required = _wrong_type(parent, leaf, old, get_path(cfg, key))
         if required:
             raise UsageError(f"override {key}", get_path(cfg, key), f"{required} (the type of {key})", "wrong type for")
 
@@ -146,7 +146,7 @@ def _accepts(hint: Any, value: Any) -> bool | None:
     return None
 
 
-def wrong_type(parent: Any, leaf: str, old: Any, new: Any) -> str | None:
+def _wrong_type(parent: Any, leaf: str, old: Any, new: Any) -> str | None:
     """The type an override's value should have had (``'int'``), or None when it fits. Judged by the
     field's declared type where it is a scalar one, else by the type of the value it replaced; a
     ``null`` is left to the value rules (they say which fields must be set), and so is a dict entry
@@ -196,7 +196,7 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
     forward_step_func = forward_step_func or forward_step  # the step scripts/run_script.py trains with
 
     cfg = recipe.config(spec.hf_config_dir)
-    apply_sizes(cfg, spec)
+    _apply_sizes(cfg, spec)
     entry = recipe.entry
     if spec.ep_overlap:
         options = Options(
@@ -214,7 +214,7 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
             session = Session(cfg, options, target, forward_step_func).configure()
         except UNREADABLE:
             pristine = recipe.config(spec.hf_config_dir)
-            apply_sizes(pristine, spec)
+            _apply_sizes(pristine, spec)
             add_missing_sections(pristine)
             apply_overrides(pristine, spec.overrides)
             refuse_malformed(pristine, target, forward_step_func, "build")

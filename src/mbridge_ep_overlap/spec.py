@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .base.choices import AUTO, DISPATCHERS, NAMED_DISPATCHERS, dispatcher_name, resolve_mode
+from .base.choices import AUTO, DISPATCHERS, NAMED_DISPATCHERS, OPTIONAL_SWITCHES, dispatcher_name, resolve_mode
 from .base.errors import UsageError, require_optional_bool
 from .base.sizes import positive_int
 from .base.gpus import GPU_CATALOG, canonical_gpu
@@ -45,7 +45,7 @@ from .target.stack import is_version
 RECIPE_ENTRY_POINTS = "mbridge_ep_overlap.recipes"
 SIZE_FIELDS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
                "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size")
-BATCH_FIELDS = ("global_batch_size", "micro_batch_size", "seq_length", "max_steps")
+_BATCH_FIELDS = ("global_batch_size", "micro_batch_size", "seq_length", "max_steps")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,7 +122,7 @@ class RunSpec:
         if not isinstance(self.recipe, str) or not self.recipe:
             raise UsageError("recipe", self.recipe, "a registered recipe name or MODULE:FUNCTION")
         if ":" in self.recipe:
-            check_function_path(self.recipe)  # before anything imports Megatron (seconds)
+            _check_function_path(self.recipe)  # before anything imports Megatron (seconds)
         if not isinstance(self.target, TargetSpec):
             raise UsageError("target", self.target, "a TargetSpec (gpu=..., num_gpus=..., te=..., deep_ep=...)", "invalid")
         if isinstance(self.overrides, str) or not isinstance(self.overrides, (tuple, list)):
@@ -138,7 +138,7 @@ class RunSpec:
         for name in ("ep_overlap", "force_balance"):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(name, getattr(self, name), (True, False), "invalid")
-        for name in ("delay_wgrad", "high_priority_a2a"):
+        for name in OPTIONAL_SWITCHES:
             require_optional_bool(name, getattr(self, name))
         if not self.ep_overlap:
             if spec.dispatcher == AUTO:  # auto ranks dispatchers for the overlapped schedule
@@ -147,7 +147,7 @@ class RunSpec:
             for name, neutral in (("delay_wgrad", False), ("high_priority_a2a", False)):
                 if getattr(self, name) not in (None, neutral):  # would be silently meaningless
                     raise UsageError(name, getattr(self, name), f"{neutral} or None while EP overlap is off", "invalid")
-        for name in (*SIZE_FIELDS, *BATCH_FIELDS):
+        for name in (*SIZE_FIELDS, *_BATCH_FIELDS):
             value = getattr(self, name)
             if value is not None and positive_int(value) is None:
                 raise UsageError(name, value, "an integer >= 1", "invalid")
@@ -191,7 +191,7 @@ class Recipe:
         return self._loaded[0]
 
     def _load(self) -> Callable[[], Any]:
-        module_name, attr = check_function_path(self.entry.function)
+        module_name, attr = _check_function_path(self.entry.function)
         shims.install()  # recipe modules import Megatron-Bridge
         try:
             module = importlib.import_module(module_name)
@@ -238,7 +238,7 @@ class Recipe:
         return cfg
 
 
-def check_function_path(text: str) -> tuple[str, str]:
+def _check_function_path(text: str) -> tuple[str, str]:
     """(module, function) of ``MODULE:FUNCTION``, or the usage error naming it - no import needed."""
     module_name, _, attr = text.partition(":")
     if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module_name) or not re.fullmatch(r"[A-Za-z_]\w*", attr):

@@ -38,7 +38,11 @@ DELAY_WGRAD = "delay_wgrad"
 HIGH_PRIORITY_A2A = "high_priority_a2a"
 """The overlapped schedule's all-to-all stream at CUDA high priority (``high_priority_a2a_comm_stream``)."""
 ON_OFF = {"on": True, "off": False}
-"""How the command lines spell the on/off choices (EP overlap, delayed wgrad, stream priority)."""
+"""How the command lines spell the on/off choices (EP overlap, delayed wgrad)."""
+A2A_PRIORITIES = {"default": False, "high": True}
+"""How ``--a2a-priority`` spells the all-to-all stream priority (``high_priority_a2a`` True / False)."""
+OPTIONAL_SWITCHES = (DELAY_WGRAD, HIGH_PRIORITY_A2A)
+"""The on/off choices where None means the recipe's."""
 
 
 def canonical_dispatcher(dispatcher: Any) -> Any:

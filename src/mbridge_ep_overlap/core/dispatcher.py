@@ -114,7 +114,7 @@ def problems(backend: str, target) -> list[str]:
     return out
 
 
-REGISTERED = "registered: the recipe's registry row"
+_REGISTERED = "registered: the recipe's registry row"
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ def decide(requested: str | None, model, target, resolve: str, keep_current: boo
     MB's ``apply_flex_dispatcher_backend`` for it, and it is one overlap can split; else alltoall."""
     ep = getattr(model, "expert_model_parallel_size", None) or 1
     if requested is None and registered is not None:
-        decision = _auto(target, ep, model) if registered == AUTO else Decision(registered, REGISTERED)
+        decision = _auto(target, ep, model) if registered == AUTO else Decision(registered, _REGISTERED)
     elif requested is None:
         asked = recipe_request(model)
         kept = current_dispatcher(model) if keep_current or (asked is not None and asked.applied) else None
@@ -304,14 +304,14 @@ def recording_recipe_requests() -> Iterator[None]:
     finally:
         patches.restore()
         for model in recorded:
-            drop_superseded_request(model)
+            _drop_superseded_request(model)
 
 
 def _dispatcher_fields(model) -> tuple[Any, Any]:
     return getattr(model, "moe_token_dispatcher_type", None), getattr(model, "moe_flex_dispatcher_backend", None)
 
 
-def drop_superseded_request(model) -> RecipeRequest | None:
+def _drop_superseded_request(model) -> RecipeRequest | None:
     """At the end of a recipe's build: forget its recorded request when the recipe set the dispatcher
     fields itself after the call (NVIDIA's GB200/GB300 recipes build on an H100 base recipe that
     asks for DeepEP, then set flex/HybridEP directly). Returns the request dropped, if any."""

@@ -49,7 +49,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..base.choices import ALLTOALL, dispatcher_name, resolve_mode
+from ..base.choices import ALLTOALL, OPTIONAL_SWITCHES, dispatcher_name, resolve_mode
 from ..target.cluster import ClusterEnvironment
 from . import dispatcher as dispatchers
 from .arguments import require_config, require_target
@@ -90,7 +90,7 @@ class Options:
         if connections is None or connections > MAX_CONNECTIONS:
             raise UsageError("cuda_device_max_connections", self.cuda_device_max_connections,
                              f"an integer from 1 to {MAX_CONNECTIONS} (CUDA's range)", "invalid")
-        for name in ("delay_wgrad", "high_priority_a2a"):
+        for name in OPTIONAL_SWITCHES:
             require_optional_bool(name, getattr(self, name))
         return self
 

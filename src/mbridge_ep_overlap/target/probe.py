@@ -68,7 +68,7 @@ def library_file(function) -> str | None:
     return None
 
 
-def cudnn_pair() -> tuple[str | None, str | None, str | None]:
+def _cudnn_pair() -> tuple[str | None, str | None, str | None]:
     """(the cuDNN torch runs, the cuDNN Transformer Engine loaded, that library's file); None where
     unknown. TE loads its own libcudnn with ctypes when it is imported, searching ``CUDNN_HOME``,
     ``CUDNN_PATH``, ``CUDA_HOME``, ``CUDA_PATH`` and /usr/local/cuda before the pip wheel, so it can
@@ -151,7 +151,7 @@ def _static() -> dict:
         "deep_ep_build": info.build or None,
         "dispatcher_health": health,
         "apex_fused_wgrad": importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is not None,
-        **dict(zip(("torch_cudnn_version", "te_cudnn_version", "te_cudnn_library"), cudnn_pair())),
+        **dict(zip(("torch_cudnn_version", "te_cudnn_version", "te_cudnn_library"), _cudnn_pair())),
     }
 
 

@@ -239,7 +239,7 @@ def compare_to_baseline(results: list[VariantResult]) -> None:
             r.parity = "baseline"
 
 
-def is_like_for_like(r: VariantResult) -> bool:
+def _is_like_for_like(r: VariantResult) -> bool:
     """False for a flex dispatcher (DeepEP / HybridEP) on the throttled link: ``NCCL_P2P_DISABLE``
     throttles NCCL only, their tokens still cross NVLink (see docs/benchmarks.md)."""
     f = r.finalized or {}
@@ -252,7 +252,7 @@ def summary_line(results: list[VariantResult]) -> str:
     losses matched off, with a recognized all-to-all, like for like, not disqualified by the tuner
     (own-profile ideal; the share against off's ideal follows)."""
     rows = [r for r in results if r.ok and r.variant != "off" and r.parity == "match" and r.share_of_gain is not None
-            and is_like_for_like(r) and not r.disqualified]
+            and _is_like_for_like(r) and not r.disqualified]
     if not rows:
         return "Best share of the possible gain: - (no overlapped row with matching losses and a profile)"
     best = max(rows, key=lambda r: r.share_of_gain)
@@ -431,7 +431,7 @@ def validate_request(recipe: str, nproc: int, variants: list[str], links: list[s
     resolve_recipe(recipe)
 
 
-def job_target(machine: ClusterEnvironment, nproc: int, env: dict[str, str]) -> ClusterEnvironment:
+def _job_target(machine: ClusterEnvironment, nproc: int, env: dict[str, str]) -> ClusterEnvironment:
     """``machine`` (this one, probed) as a job launched with ``env`` on ``nproc`` ranks will probe
     it: the environment ``launch`` gives the job (``launch.child_environment``) and torchrun's
     ``WORLD_SIZE``."""
@@ -458,7 +458,7 @@ def check_jobs(base: RunSpec, variants: dict[str, Variant], links: list[str], np
         links_refused = []
         for link in links:
             try:
-                build(spec, target=job_target(machine, nproc, {**LINKS[link], **variant.env}))
+                build(spec, target=_job_target(machine, nproc, {**LINKS[link], **variant.env}))
             except UsageError as e:
                 if not variant.source:
                     raise

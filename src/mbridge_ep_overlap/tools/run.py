@@ -110,7 +110,7 @@ def writable_folder(path: str) -> Path:
     return folder
 
 
-def dry_run(args: argparse.Namespace) -> int:
+def _dry_run(args: argparse.Namespace) -> int:
     from ..core import export  # start-up speed: the export module imports Megatron-Bridge
 
     out = writable_folder(args.output_dir)
@@ -125,7 +125,7 @@ def dry_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def writable_file(path: str) -> Path:
+def _writable_file(path: str) -> Path:
     """``path``'s folder created and writable, and ``path`` not a folder - before any work is done."""
     file = Path(path)
     writable_folder(str(file.parent))
@@ -151,7 +151,7 @@ def train(args: argparse.Namespace) -> int:
     # (and, once the evidence starts, into the rank's evidence file as well)
     faulthandler.enable(file=crash_stream(), all_threads=True)
     out = writable_folder(args.output_dir)
-    summary = str(writable_file(args.summary_json)) if args.summary_json else None
+    summary = str(_writable_file(args.summary_json)) if args.summary_json else None
     from ..target import shims
 
     shims.install()
@@ -225,4 +225,4 @@ def _train(args: argparse.Namespace, out: Path, summary: str | None, counter, st
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    return run_reporting_errors("run_script.py", lambda: dry_run(args) if args.dryrun else train(args), hold_stderr=not args.verbose)
+    return run_reporting_errors("run_script.py", lambda: _dry_run(args) if args.dryrun else train(args), hold_stderr=not args.verbose)

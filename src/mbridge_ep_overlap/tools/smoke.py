@@ -34,7 +34,7 @@ from ..core.dispatcher import IPC_HEALTH_KEY
 from .launch import child_environment, clear_folder, free_port, rank_crashes, rank_texts, read_logs, run_process_group
 
 BACKENDS = MEASURED_DISPATCHERS
-TIMEOUTS_S = {"alltoall": 90, "deepep": 150, "hybridep": 180}
+_TIMEOUTS_S = {"alltoall": 90, "deepep": 150, "hybridep": 180}
 """Per-backend hard timeouts (``EP_OVERLAP_SMOKE_TIMEOUT`` overrides them all): start-up takes ~15 s;
 HybridEP JIT-compiles its kernels with nvcc on first use."""
 WORKER = "mbridge_ep_overlap.tools.smoke_worker"
@@ -92,13 +92,13 @@ def classify(backend: str, returncode: int | None, timed_out: bool, logs: dict[s
 
 # ---- where it can run ------------------------------------------------------------------------------
 # ---- running it ------------------------------------------------------------------------------------
-def default_log_dir() -> Path:
+def _default_log_dir() -> Path:
     if os.environ.get("EP_OVERLAP_LOG_DIR"):
         return Path(os.environ["EP_OVERLAP_LOG_DIR"]) / "smoke"
     return cache_path().parent / "smoke-logs"
 
 
-def worker_command(backend: str, nproc: int, folder: Path) -> list[str]:
+def _worker_command(backend: str, nproc: int, folder: Path) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
             "--master_port", str(free_port()), "--log-dir", str(folder / "torchrun"),
             "--redirects", "3", "--tee", "3", "-m", WORKER, "--backend", backend, "--run-dir", str(folder)]
@@ -107,10 +107,10 @@ def worker_command(backend: str, nproc: int, folder: Path) -> list[str]:
 def check_one(backend: str, nproc: int = 2, timeout_s: float | None = None, log_dir: Path | None = None,
               env: dict[str, str] | None = None, name: str | None = None) -> Verdict:
     """Launch one worker and classify it (``backend`` may be a ``selftest-*`` worker backend)."""
-    timeout_s = timeout_s or float(os.environ.get("EP_OVERLAP_SMOKE_TIMEOUT") or 0) or TIMEOUTS_S.get(backend, 120)
-    folder = Path(log_dir or default_log_dir()) / (name or backend).replace(":", "_").replace("=", "_")
+    timeout_s = timeout_s or float(os.environ.get("EP_OVERLAP_SMOKE_TIMEOUT") or 0) or _TIMEOUTS_S.get(backend, 120)
+    folder = Path(log_dir or _default_log_dir()) / (name or backend).replace(":", "_").replace("=", "_")
     clear_folder(folder)
-    cmd = worker_command(backend, nproc, folder)
+    cmd = _worker_command(backend, nproc, folder)
     returncode, timed_out, seconds = run_process_group(cmd, folder, child_environment(env), timeout_s, cwd=folder)
     verdict = classify(name or backend, returncode, timed_out, read_logs(folder), seconds=seconds,
                        timeout_s=timeout_s, env=env, log_dir=str(folder))
@@ -152,7 +152,7 @@ def run(backends=BACKENDS, nproc: int = 2, timeout_s: float | None = None, log_d
     reason = cannot_run_reason(nproc)
     if reason is not None:
         return {b: Verdict(b, "cannot_run", detail=reason) for b in backends}
-    log_dir = Path(log_dir or default_log_dir())
+    log_dir = Path(log_dir or _default_log_dir())
     env = dict(env or {})
     results: dict[str, Verdict] = {}
     for backend in backends:

@@ -82,9 +82,9 @@ NCCL_PG_NAMES = (
 )
 NCCL_OPTIONS = {"max_ctas": int, "min_ctas": int, "cga_cluster_size": int, "net_name": str,
                 "is_high_priority_stream": bool}
-NCCL_CONFIG_OVERRIDE = "dist.nccl_communicator_config_path"
+_NCCL_CONFIG_OVERRIDE = "dist.nccl_communicator_config_path"
 # RunSpec fields a knob may change, as the override a recipe applies (tuned.overrides)
-SPEC_AS_OVERRIDE = {"micro_batch_size": "train.micro_batch_size", "global_batch_size": "train.global_batch_size"}
+_SPEC_AS_OVERRIDE = {"micro_batch_size": "train.micro_batch_size", "global_batch_size": "train.global_batch_size"}
 
 
 def check_nccl_config(cfg: dict) -> dict[str, dict[str, Any]]:
@@ -191,7 +191,7 @@ class Candidate:
         items: dict[str, str] = {}
         for c in self.changes:
             for name, value in c.spec.items():
-                items[SPEC_AS_OVERRIDE[name]] = str(value)
+                items[_SPEC_AS_OVERRIDE[name]] = str(value)
             for o in c.overrides:
                 key, _, value = o.partition("=")
                 items[key] = value
@@ -200,7 +200,7 @@ class Candidate:
         if self.nccl():
             if nccl_path is None:
                 raise ValueError("a candidate with NCCL options needs the path of its YAML file")
-            items[NCCL_CONFIG_OVERRIDE] = str(Path(nccl_path).resolve())
+            items[_NCCL_CONFIG_OVERRIDE] = str(Path(nccl_path).resolve())
         return [f"{k}={v}" for k, v in items.items()]
 
     def variant(self, dispatcher: str, nccl_dir: Path) -> Variant:
@@ -211,7 +211,7 @@ class Candidate:
             path = nccl_dir / f"{bench.run_name('nccl', self.name)}.yaml"
             path.write_text(nccl_yaml(self.nccl()))
         # spec changes go in as RunSpec fields (typed, flags at launch); overrides carry the rest
-        spec_keys = {SPEC_AS_OVERRIDE[k] for k in self.spec_changes()}
+        spec_keys = {_SPEC_AS_OVERRIDE[k] for k in self.spec_changes()}
         overrides = tuple(o for o in self.overrides(path) if o.partition("=")[0] not in spec_keys)
         # the default-priority stream as the starting point (the historical baseline); the a2a_priority
         # knob turns it high with an override, applied after enable_ep_overlap
@@ -330,7 +330,7 @@ def evidence(off: VariantResult | None, overlap: VariantResult | None) -> dict:
     }
 
 
-def addressable_s(knob: str, ev: dict) -> float:
+def _addressable_s(knob: str, ev: dict) -> float:
     """What a knob can act on, in seconds per step, by the trace (the ordering heuristic)."""
     def g(name: str) -> float:
         return ev.get(name) or 0.0
@@ -351,7 +351,7 @@ def order_knobs(names: list[str], ev: dict) -> list[str]:
     default = {n: i for i, n in enumerate(KNOBS)}
     last = [n for n in names if n == "early_attn_release"]
     rest = sorted((n for n in names if n != "early_attn_release"),
-                  key=lambda n: (-addressable_s(n, ev), default.get(n, len(default))))
+                  key=lambda n: (-_addressable_s(n, ev), default.get(n, len(default))))
     return rest + last
 
 
@@ -436,7 +436,7 @@ def judge(trial: Trial, off: Trial | None, mem_limit_gib: float | None) -> str:
     return "ok"
 
 
-def estimate_run_s(durations: list[float]) -> float | None:
+def _estimate_run_s(durations: list[float]) -> float | None:
     """The next run's wall time: the mean of the runs so far plus 10%, at least the last one."""
     if not durations:
         return None
@@ -487,7 +487,7 @@ def tune(recipe: str, nproc: int, shape: str, link: str, out: Path, budget_s: fl
         if name in cache:
             trial = Trial(name, labels, cache[name], knob=knob, cached=True)
         else:
-            estimate = estimate_run_s(durations)
+            estimate = _estimate_run_s(durations)
             left = budget_s - (clock() - t0)
             if not mandatory and estimate is not None and estimate > left:
                 return None
@@ -705,7 +705,7 @@ def tune_links(recipe: str, nproc: int, shape: str, links: list[str], out: Path,
 
 
 # ---- applying a tuned result --------------------------------------------------------------------
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def tuned_problems(t: Any) -> list[str]:
@@ -729,7 +729,7 @@ def tuned_problems(t: Any) -> list[str]:
         problems.append(f"env = {short_value(env)}: a mapping of variable name -> value")
     else:
         for name, value in env.items():
-            if not ENV_NAME.fullmatch(name):
+            if not _ENV_NAME.fullmatch(name):
                 problems.append(f"env name {short_value(name)}: letters, digits and _, not starting with a digit")
             if not ((isinstance(value, str) and "\0" not in value)
                     or (isinstance(value, int) and not isinstance(value, bool) and abs(value) <= INT64_MAX)):
@@ -759,7 +759,7 @@ def load_tuned(path: Path) -> dict:
     fixed = []
     for o in t["overrides"]:
         key, _, value = o.partition("=")
-        if key == NCCL_CONFIG_OVERRIDE:
+        if key == _NCCL_CONFIG_OVERRIDE:
             if not Path(value).exists():
                 if not sibling.exists():
                     raise UsageError("tuned file", str(path), f"its NCCL file beside it ({value} and {sibling} are "
