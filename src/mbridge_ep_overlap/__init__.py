@@ -28,11 +28,11 @@ _EXPORTS = {
     "enable_ep_overlap": "core.enable",
     "disable_ep_overlap": "core.enable",
     "check_ep_overlap": "core.engine",
-    "EPOverlapError": "core.errors",
-    "UsageError": "core.errors",
-    "UpstreamRefusal": "core.errors",
-    "Violation": "core.errors",
-    "Severity": "core.errors",
+    "EPOverlapError": "base.errors",
+    "UsageError": "base.errors",
+    "UpstreamRefusal": "base.errors",
+    "Violation": "base.errors",
+    "Severity": "base.errors",
     "OverlapPlan": "core.plan",
     "FieldChange": "core.plan",
     "RULES": "core.rules",
@@ -68,7 +68,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .pipeline import build
     from .core.enable import disable_ep_overlap, enable_ep_overlap
     from .core.engine import check_ep_overlap
-    from .core.errors import EPOverlapError, Severity, UpstreamRefusal, UsageError, Violation
+    from .base.errors import EPOverlapError, Severity, UpstreamRefusal, UsageError, Violation
     from .core.forward_step import forward_step
     from .core.plan import FieldChange, OverlapPlan
     from .diagnose import Diagnosis, diagnose

@@ -17,18 +17,24 @@ the plan (None with overlap off), the report and the target; ``finalize(built)``
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .core.engine import Report
-from .core.errors import EPOverlapError, Severity, UsageError
-from .core.plan import OverlapPlan
-from .spec import Recipe, RunSpec, resolve_recipe
-from .target.cluster import ClusterEnvironment
+from .base.errors import EPOverlapError, UsageError
+from .base.values import get_path
+from .core.enable import Options, Session, add_missing_sections, disable_ep_overlap, refuse_malformed
+from .core.engine import UNREADABLE, Report, evaluate
+from .core.plan import FieldChange, OverlapPlan
+from .spec import SIZE_FIELDS, Recipe, RunSpec, resolve_recipe
+from .target import shims
+from .target.cluster import ClusterEnvironment, describe
+from .target.probe import probe
+from .target.simulate import on_target
+from .target.simulated_finalize import finalize_for
+from .target.stack import deep_ep_version, te_version
 
 
 @dataclass
@@ -39,16 +45,13 @@ class Built:
     cfg: Any
     plan: OverlapPlan | None
     report: Report
+    changes: list[FieldChange] = dataclasses.field(default_factory=list)
+    """Every field the build set (the plan's changes with overlap on; turning it off and the dispatcher's with it off)."""
 
 
 def resolve_target(spec: RunSpec, recipe: Recipe) -> ClusterEnvironment:
-    from .target.cluster import describe
-    from .target.stack import deep_ep_version, te_version
-
     t = spec.target
     if t.this_machine:
-        from .target.probe import probe
-
         return probe()
     gpu, num = t.gpu or recipe.entry.gpu, t.num_gpus or recipe.entry.num_gpus
     if gpu is None or num is None:
@@ -58,9 +61,7 @@ def resolve_target(spec: RunSpec, recipe: Recipe) -> ClusterEnvironment:
     return describe(gpu, num, te_version=te_version(t.te), deep_ep_version=deep_ep_version(t.deep_ep))
 
 
-def apply_sizes(cfg: Any, spec: RunSpec) -> None:
-    from .spec import SIZE_FIELDS
-
+def _apply_sizes(cfg: Any, spec: RunSpec) -> None:
     for name in SIZE_FIELDS:
         value = getattr(spec, name)
         if value is not None:
@@ -83,12 +84,8 @@ def apply_overrides(cfg: Any, overrides: tuple[str, ...] | list[str]) -> None:
     key or an unresolvable value is bad usage (one line naming the override), never a traceback."""
     if not overrides:
         return
-    import dataclasses
-
     from megatron.bridge.training.utils.omegaconf_utils import OverridesError, process_config_with_overrides
     from omegaconf.errors import OmegaConfBaseException
-
-    from .core.facts import get_path
 
     missing = object()
     hydra, fields = [], []
@@ -113,7 +110,7 @@ def apply_overrides(cfg: Any, overrides: tuple[str, ...] | list[str]) -> None:
                          "invalid") from None
     for item, key, parent_path, leaf, old in fields:  # MB applies a value of any type as it is
         parent = get_path(cfg, parent_path) if parent_path else cfg
-        required = wrong_type(parent, leaf, old, get_path(cfg, key))
+        required = _wrong_type(parent, leaf, old, get_path(cfg, key))
         if required:
             raise UsageError(f"override {key}", get_path(cfg, key), f"{required} (the type of {key})", "wrong type for")
 
@@ -149,7 +146,7 @@ def _accepts(hint: Any, value: Any) -> bool | None:
     return None
 
 
-def wrong_type(parent: Any, leaf: str, old: Any, new: Any) -> str | None:
+def _wrong_type(parent: Any, leaf: str, old: Any, new: Any) -> str | None:
     """The type an override's value should have had (``'int'``), or None when it fits. Judged by the
     field's declared type where it is a scalar one, else by the type of the value it replaced; a
     ``null`` is left to the value rules (they say which fields must be set), and so is a dict entry
@@ -183,34 +180,28 @@ def _checked_arguments(spec: Any, target: Any) -> tuple[RunSpec, ClusterEnvironm
 def build(spec: RunSpec, *, target: ClusterEnvironment | None = None,
           forward_step_func: Callable | None = None) -> Built:
     """``forward_step_func``: the step the run will train with (default: ``mbridge_ep_overlap.forward_step``)."""
-    from .target import shims
-
     spec, target = _checked_arguments(spec, target)
     shims.install()
     recipe = resolve_recipe(spec.recipe)
     recipe.function()  # an unknown module or function is bad usage before anything else is asked
     target = target or resolve_target(spec, recipe)
-    from .target.simulate import simulate
-
-    with simulate(target) if target.described else contextlib.nullcontext():
+    with on_target(target):  # the one simulation of a described target for the whole build
         return _build(spec, recipe, target, forward_step_func)
 
 
 def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_step_func: Callable | None) -> Built:
-    from .core import dispatcher, enforcement
-    from .core.enable import (Options, Session, add_missing_sections, disable_ep_overlap, hybridep_environment,
-                              mb_fallback, refuse_malformed, settle_recipe_fallback)
-    from .core.engine import UNREADABLE, evaluate
+    from .core import enforcement  # function-level for start-up speed: both import Megatron-Bridge
     from .core.forward_step import forward_step
 
     forward_step_func = forward_step_func or forward_step  # the step scripts/run_script.py trains with
 
     cfg = recipe.config(spec.hf_config_dir)
-    apply_sizes(cfg, spec)
+    _apply_sizes(cfg, spec)
     entry = recipe.entry
     if spec.ep_overlap:
         options = Options(
-            dispatcher=spec.dispatcher or entry.dispatcher,
+            dispatcher=spec.dispatcher,
+            registered_dispatcher=entry.dispatcher,
             delay_wgrad=entry.delay_wgrad if spec.delay_wgrad is None else spec.delay_wgrad,
             high_priority_a2a=entry.high_priority_a2a if spec.high_priority_a2a is None else spec.high_priority_a2a,
             resolve=spec.resolve,
@@ -223,7 +214,7 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
             session = Session(cfg, options, target, forward_step_func).configure()
         except UNREADABLE:
             pristine = recipe.config(spec.hf_config_dir)
-            apply_sizes(pristine, spec)
+            _apply_sizes(pristine, spec)
             add_missing_sections(pristine)
             apply_overrides(pristine, spec.overrides)
             refuse_malformed(pristine, target, forward_step_func, "build")
@@ -234,43 +225,31 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
         if spec.overrides:
             plan.notes.append(f"overrides applied after enable_ep_overlap: {' '.join(spec.overrides)}")
         enforcement.install(cfg)
-    else:
-        disable_ep_overlap(cfg)
-        fell_back = None
-        if spec.dispatcher and not getattr(cfg.model, "num_moe_experts", None):
-            raise UsageError("--dispatcher", spec.dispatcher, f"a MoE model (recipe {recipe.name} has no experts: "
-                             "num_moe_experts is unset)", "invalid")
-        # the recipe's own flex request MB fell back from: replaced by --dispatcher, accepted by resolve='auto'
-        recipe_fell_back = settle_recipe_fallback(cfg, spec.dispatcher, spec.resolve, target)
-        if spec.dispatcher == "alltoall":
-            for name, value in dispatcher.ALLTOALL_FIELDS.items():
-                setattr(cfg.model, name, value)
-        elif spec.dispatcher:  # a flex backend ('auto' is refused with overlap off: RunSpec.validated)
-            if not dispatcher.apply(cfg.model, spec.dispatcher, target):  # MB's silent allow-list fallback
-                fell_back = mb_fallback(spec.dispatcher, target)
-            elif spec.dispatcher == "hybridep":
-                if cfg.env_vars is None:
-                    cfg.env_vars = {}
-                for name, (value, _) in hybridep_environment(cfg, target).items():
-                    cfg.env_vars.setdefault(name, value)
-        apply_overrides(cfg, spec.overrides)
-        report = evaluate(cfg, target, forward_step_func)
-        if recipe_fell_back is not None:
-            report.violations.insert(0, recipe_fell_back)
-        if fell_back is not None:
-            if spec.resolve == "error":
-                raise EPOverlapError([fell_back, *report.violations], "build", overlap=False)
-            report.violations.insert(0, dataclasses.replace(fell_back, severity=Severity.WARNING))
-        report.raise_for_errors("build")
-        plan = None
-    return Built(spec, recipe, target, cfg, plan, report)
+        return Built(spec, recipe, target, cfg, plan, report, list(plan.changes))
+    changes = disable_ep_overlap(cfg)
+    if spec.dispatcher and not getattr(cfg.model, "num_moe_experts", None):
+        raise UsageError("--dispatcher", spec.dispatcher, f"a MoE model (recipe {recipe.name} has no experts: "
+                         "num_moe_experts is unset)", "invalid")
+    # the dispatcher as with overlap on (``Session.configure_dispatcher``): a recipe's flex request MB
+    # fell back from is replaced by --dispatcher or accepted by resolve='auto'; MB's silent fallback
+    # from a requested backend is refused (resolve='error') or a warning
+    session = Session(cfg, Options(dispatcher=spec.dispatcher, resolve=spec.resolve), target, forward_step_func)
+    session.configure_dispatcher(overlap=False)
+    if session.decision is not None:
+        session.set_dispatcher_environment()
+    apply_overrides(cfg, spec.overrides)
+    report = evaluate(cfg, target, forward_step_func)
+    report.violations[:0] = session.warnings
+    if session.fallback is not None:
+        raise EPOverlapError([session.fallback, *report.violations], "build", overlap=False)
+    report.raise_for_errors("build")
+    return Built(spec, recipe, target, cfg, None, report, changes + session.edit.changes)
 
 
 def finalize(built: Built):
     """MB's real ``runtime_config_update`` of ``built.cfg`` for its target (hardware and version
     gates simulated for a described target), reusing the build's rule evaluation."""
-    from .core import enforcement
-    from .target.simulated_finalize import finalize_for
+    from .core import enforcement  # function-level for start-up speed: it imports Megatron-Bridge
 
     with enforcement.already_checked(built.cfg, built.report):
         return finalize_for(built.cfg, built.target)

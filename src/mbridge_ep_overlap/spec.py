@@ -32,17 +32,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .core.dispatcher import DISPATCHERS, validate_name
-from .core.errors import UsageError, require_optional_bool
-from .core.sizes import positive_int
-from .target.gpus import GPU_CATALOG, canonical_gpu
+from .base.choices import AUTO, DISPATCHERS, NAMED_DISPATCHERS, OPTIONAL_SWITCHES, dispatcher_name, resolve_mode
+from .base.errors import UsageError, require_optional_bool
+from .base.sizes import positive_int
+from .base.gpus import GPU_CATALOG, canonical_gpu
+from .core.arguments import require_config
+from .core.dispatcher import recording_recipe_requests
+from .target import shims
+from .target.offline import offline_architectures
 from .target.stack import is_version
 
-RESOLVE_MODES = ("error", "auto")
 RECIPE_ENTRY_POINTS = "mbridge_ep_overlap.recipes"
 SIZE_FIELDS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
                "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size")
-BATCH_FIELDS = ("global_batch_size", "micro_batch_size", "seq_length", "max_steps")
+_BATCH_FIELDS = ("global_batch_size", "micro_batch_size", "seq_length", "max_steps")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,33 +110,44 @@ class RunSpec:
         return dataclasses.replace(self, **changes)
 
     def validated(self) -> "RunSpec":
+        """This spec with names canonical, checked once: the spec returned is marked, and a later
+        call on it (``build`` after a front end) returns it as it is."""
+        if self.__dict__.get(_CHECKED):
+            return self
+        checked = self._checked()
+        object.__setattr__(checked, _CHECKED, True)  # not a field: equality, replace and YAML ignore it
+        return checked
+
+    def _checked(self) -> "RunSpec":
         if not isinstance(self.recipe, str) or not self.recipe:
             raise UsageError("recipe", self.recipe, "a registered recipe name or MODULE:FUNCTION")
         if ":" in self.recipe:
-            check_function_path(self.recipe)  # before anything imports Megatron (seconds)
+            _check_function_path(self.recipe)  # before anything imports Megatron (seconds)
         if not isinstance(self.target, TargetSpec):
             raise UsageError("target", self.target, "a TargetSpec (gpu=..., num_gpus=..., te=..., deep_ep=...)", "invalid")
         if isinstance(self.overrides, str) or not isinstance(self.overrides, (tuple, list)):
             raise UsageError("overrides", self.overrides, "a tuple of 'key=value' strings", "invalid")
         if self.hf_config_dir is not None and (not isinstance(self.hf_config_dir, str) or not self.hf_config_dir):
             raise UsageError("hf_config_dir", self.hf_config_dir, "a folder path (str) or None", "invalid")
-        if self.dispatcher is not None and self.dispatcher != validate_name(self.dispatcher):
-            return self.replace(dispatcher=validate_name(self.dispatcher)).validated()
-        if self.resolve not in RESOLVE_MODES:
-            raise UsageError("resolve mode", self.resolve, RESOLVE_MODES)
+        spec = self  # with its names canonical
+        if self.dispatcher is not None:
+            name = dispatcher_name(self.dispatcher)
+            if name != self.dispatcher:
+                spec = self.replace(dispatcher=name)
+        resolve_mode(self.resolve)
         for name in ("ep_overlap", "force_balance"):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(name, getattr(self, name), (True, False), "invalid")
-        for name in ("delay_wgrad", "high_priority_a2a"):
+        for name in OPTIONAL_SWITCHES:
             require_optional_bool(name, getattr(self, name))
         if not self.ep_overlap:
-            if self.dispatcher == "auto":  # auto ranks dispatchers for the overlapped schedule
-                raise UsageError("dispatcher", "auto", "a named dispatcher (alltoall, deepep, hybridep, ncclep) "
+            if spec.dispatcher == AUTO:  # auto ranks dispatchers for the overlapped schedule
+                raise UsageError("dispatcher", AUTO, f"a named dispatcher ({', '.join(NAMED_DISPATCHERS)}) "
                                  "or none while EP overlap is off", "invalid")
             for name, neutral in (("delay_wgrad", False), ("high_priority_a2a", False)):
                 if getattr(self, name) not in (None, neutral):  # would be silently meaningless
                     raise UsageError(name, getattr(self, name), f"{neutral} or None while EP overlap is off", "invalid")
-        for name in (*SIZE_FIELDS, *BATCH_FIELDS):
+        for name in (*SIZE_FIELDS, *_BATCH_FIELDS):
             value = getattr(self, name)
             if value is not None and positive_int(value) is None:
                 raise UsageError(name, value, "an integer >= 1", "invalid")
@@ -143,7 +157,10 @@ class RunSpec:
                 raise UsageError("override", item, "key=value with a dotted field path, e.g. train.train_iters=10",
                                  "malformed")
         target = self.target.validated()
-        return self if target is self.target else self.replace(target=target)
+        return spec if target is self.target else spec.replace(target=target)
+
+
+_CHECKED = "_ep_overlap_checked"
 
 
 # ---- recipes -----------------------------------------------------------------------------------
@@ -165,11 +182,16 @@ class RecipeEntry:
 class Recipe:
     name: str
     entry: RecipeEntry
+    _loaded: list = field(default_factory=list, compare=False, repr=False)
+    """The function once loaded: ``function()`` imports and checks it once per ``Recipe``."""
 
     def function(self) -> Callable[[], Any]:
-        from .target import shims
+        if not self._loaded:
+            self._loaded.append(self._load())
+        return self._loaded[0]
 
-        module_name, attr = check_function_path(self.entry.function)
+    def _load(self) -> Callable[[], Any]:
+        module_name, attr = _check_function_path(self.entry.function)
         shims.install()  # recipe modules import Megatron-Bridge
         try:
             module = importlib.import_module(module_name)
@@ -195,9 +217,6 @@ class Recipe:
         """The recipe's ``ConfigContainer``, built with the architecture files available offline."""
         from megatron.bridge.training.config import ConfigContainer
 
-        from .core.dispatcher import recording_recipe_requests
-        from .target.offline import offline_architectures
-
         fn = self.function()
         with offline_architectures(hf_config_dir), recording_recipe_requests():  # MB's silent flex fallback, seen
             try:
@@ -212,8 +231,6 @@ class Recipe:
         if not isinstance(cfg, ConfigContainer):
             raise UsageError("recipe function", self.entry.function,
                              f"a function returning a ConfigContainer (it returned {type(cfg).__name__})", "invalid")
-        from .core.enable import require_config
-
         try:
             require_config(cfg)
         except UsageError as e:
@@ -221,7 +238,7 @@ class Recipe:
         return cfg
 
 
-def check_function_path(text: str) -> tuple[str, str]:
+def _check_function_path(text: str) -> tuple[str, str]:
     """(module, function) of ``MODULE:FUNCTION``, or the usage error naming it - no import needed."""
     module_name, _, attr = text.partition(":")
     if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module_name) or not re.fullmatch(r"[A-Za-z_]\w*", attr):

@@ -34,7 +34,7 @@ def train(args) -> int:
 
     from mbridge_ep_overlap.pipeline import build
     from mbridge_ep_overlap.core import enforcement
-    from mbridge_ep_overlap.core.errors import EPOverlapError
+    from mbridge_ep_overlap.base.errors import EPOverlapError
     from mbridge_ep_overlap.core.forward_step import forward_step
     from mbridge_ep_overlap.tools.evidence import RunRecorder, ScheduleCounter
     from mbridge_ep_overlap.tools.rank_evidence import evidence_callbacks

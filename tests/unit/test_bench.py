@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mbridge_ep_overlap.tools.bench import compare_to_baseline, markdown, plot, run_bench, summarize_run
-from mbridge_ep_overlap.core.errors import UsageError
+from mbridge_ep_overlap.base.errors import UsageError
 
 
 def summary(times, losses, profile=None):
@@ -83,7 +83,8 @@ def test_unknown_shape_is_a_usage_error(capsys, tmp_path):
 
 
 def test_report_merges_folders_each_against_its_own_baseline(tmp_path):
-    from mbridge_ep_overlap.tools.bench import _write_json, report
+    from mbridge_ep_overlap.tools.bench import report
+    from mbridge_ep_overlap.tools.tables import write_json as _write_json
 
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
@@ -502,7 +503,9 @@ def test_each_job_is_judged_with_its_own_variables_before_the_first_starts(tmp_p
     monkeypatch.setattr("mbridge_ep_overlap.target.probe.probe", lambda: fake_node())
     monkeypatch.setattr(bench, "launch", fake_launch)
     monkeypatch.setattr(bench, "cuda_device_count", lambda: 2)
-    tuned = bench.load_tuned_variant(tuned_file(tmp_path, env={"CUDA_DEVICE_MAX_CONNECTIONS": 8}))
+    from mbridge_ep_overlap.tools.tune import load_tuned_variant
+
+    tuned = load_tuned_variant(tuned_file(tmp_path, env={"CUDA_DEVICE_MAX_CONNECTIONS": 8}))
     bench.run_bench("qwen3_moe_proxy", 2, ["tuned"], ["nvlink", "throttled"], tmp_path / "o", steps=4, profile=0,
                     extra_variants={"tuned": tuned})
     judged = [e for e in events if e[0] == "judged"]
@@ -621,7 +624,8 @@ Best share of the possible gain: 93% (tuned, nvlink, h2048 ffn3072 top8/16 mbs2 
 def test_the_table_of_a_small_case_is_what_it_was(tmp_path):
     """markdown of ``small_case`` as the quadratic original wrote it (byte for byte), also through
     bench --report."""
-    from mbridge_ep_overlap.tools.bench import _write_json, report
+    from mbridge_ep_overlap.tools.bench import report
+    from mbridge_ep_overlap.tools.tables import write_json as _write_json
 
     rows = small_case()
     compare_to_baseline(rows)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mbridge_ep_overlap.base import run_files
-from mbridge_ep_overlap.core.errors import UsageError
+from mbridge_ep_overlap.base.errors import UsageError
 from mbridge_ep_overlap.diagnose import Diagnosis, diagnose, schedule
 from mbridge_ep_overlap.tools.cli import main
 

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from mbridge_ep_overlap.core.errors import EPOverlapError, UsageError
+from mbridge_ep_overlap.base.errors import EPOverlapError, UsageError
 from mbridge_ep_overlap.tools import exits
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from mbridge_ep_overlap.tools.cli import main
-from mbridge_ep_overlap.core.errors import UsageError
+from mbridge_ep_overlap.base.errors import UsageError
 from mbridge_ep_overlap.tools.logs import parse, verify
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"

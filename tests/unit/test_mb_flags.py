@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mbridge_ep_overlap.core.errors import UsageError
+from mbridge_ep_overlap.base.errors import UsageError
 from mbridge_ep_overlap.tools import mb_flags
 from mbridge_ep_overlap.tools.run import main
 

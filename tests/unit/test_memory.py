@@ -12,7 +12,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from mbridge_ep_overlap.core.engine import check_ep_overlap
-from mbridge_ep_overlap.core.errors import Severity
+from mbridge_ep_overlap.base.errors import Severity
 from mbridge_ep_overlap.predict import Cluster, StepInputs
 from mbridge_ep_overlap.predict.memory import MemoryOptions, predict_memory
 from mbridge_ep_overlap.target.cluster import describe

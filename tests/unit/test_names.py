@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from mbridge_ep_overlap import RunSpec, UsageError
-from mbridge_ep_overlap.core.dispatcher import validate_name
+from mbridge_ep_overlap.base.choices import dispatcher_name as validate_name
 from mbridge_ep_overlap.core.enable import Options
 from mbridge_ep_overlap.spec import TargetSpec
 from mbridge_ep_overlap.target.cluster import describe

@@ -23,7 +23,7 @@ import torch
 
 from mbridge_ep_overlap import RunSpec, build
 from mbridge_ep_overlap.pipeline import finalize
-from mbridge_ep_overlap.core.errors import EPOverlapError, UpstreamRefusal
+from mbridge_ep_overlap.base.errors import EPOverlapError, UpstreamRefusal
 from mbridge_ep_overlap.core.facts import feeds_packed_sequences
 from mbridge_ep_overlap.core.forward_step import forward_step as our_forward_step
 from mbridge_ep_overlap_recipes.packed import (

@@ -94,7 +94,7 @@ def test_from_summary_records_defaults():
     for name in ("num_layers", "num_query_groups", "kv_channels", "tensor_model_parallel_size", "vocab_size",
                  "transformer_impl"):
         assert name in i.defaults_used, name
-    # derived exactly (core.sizes: world / (TP x PP x CP), GBS / (MBS x DP)): not a default
+    # derived exactly (base.sizes: world / (TP x PP x CP), GBS / (MBS x DP)): not a default
     assert "hidden_size" not in i.defaults_used and "data_parallel_size" not in i.defaults_used
     assert "num_microbatches" not in i.defaults_used
     with pytest.raises(KeyError, match="hidden_size"):

@@ -105,7 +105,7 @@ def test_deepseek_base_recipe_is_refused_by_us_before_megatron_asserts():
 def test_unknown_hub_id_is_refused_offline():
     from megatron.bridge import AutoBridge
 
-    from mbridge_ep_overlap.core.errors import UsageError
+    from mbridge_ep_overlap.base.errors import UsageError
     from mbridge_ep_overlap.target.offline import offline_architectures
 
     with offline_architectures(), pytest.raises(UsageError, match="offline build"):

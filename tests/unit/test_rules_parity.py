@@ -24,7 +24,7 @@ from packaging.version import Version
 from mbridge_ep_overlap import check_ep_overlap
 from mbridge_ep_overlap.target.cluster import describe
 from mbridge_ep_overlap.target.simulate import simulate
-from mbridge_ep_overlap.core.errors import Severity
+from mbridge_ep_overlap.base.errors import Severity
 from mbridge_ep_overlap.core.rules import RULES, RULES_BY_ID, Upstream
 
 BASE_WORLD = 16

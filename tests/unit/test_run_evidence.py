@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mbridge_ep_overlap.base import run_files
-from mbridge_ep_overlap.core.errors import UsageError
+from mbridge_ep_overlap.base.errors import UsageError
 from mbridge_ep_overlap.tools import run_evidence as ev
 
 REPO = Path(__file__).resolve().parents[2]

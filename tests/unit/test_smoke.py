@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from mbridge_ep_overlap.core.dispatcher import IPC_HEALTH_KEY, health
+from mbridge_ep_overlap.target import smoke_verdicts
 from mbridge_ep_overlap.target.cluster import describe
 from mbridge_ep_overlap.tools import launch, smoke
 from mbridge_ep_overlap.tools.smoke import Verdict, classify
@@ -154,9 +155,10 @@ FABRIC = ["HybridEP allocator: fabric handles (cuMemCreate FABRIC; ...)"]
 @pytest.fixture
 def gpu_node(monkeypatch, tmp_path):
     """A pretend GPU node: the checks are faked, the cache goes to tmp_path."""
-    monkeypatch.setattr(smoke, "cannot_run_reason", lambda nproc=2: None)
+    for module in (smoke, smoke_verdicts):  # the cache and its key live in target.smoke_verdicts
+        monkeypatch.setattr(module, "cannot_run_reason", lambda nproc=2: None)
+        monkeypatch.setattr(module, "host_key", lambda line=None: "h200-node | GPUs ab12 | driver 580.95 | deep_ep 1.2.1 (x)")
     monkeypatch.setattr(smoke, "_installed_problem", lambda backend: None)
-    monkeypatch.setattr(smoke, "host_key", lambda line=None: "h200-node | GPUs ab12 | driver 580.95 | deep_ep 1.2.1 (x)")
     monkeypatch.setenv("EP_OVERLAP_SMOKE_CACHE", str(tmp_path / "smoke.json"))
     monkeypatch.delenv("USE_MNNVL", raising=False)
     calls = []

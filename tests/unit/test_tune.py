@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mbridge_ep_overlap.core.errors import UsageError
+from mbridge_ep_overlap.base.errors import UsageError
 from mbridge_ep_overlap.tools import bench, tune
 from mbridge_ep_overlap.tools.launch import Run
 
@@ -393,14 +393,14 @@ def test_a_tuned_nccl_file_megatron_cannot_use_is_usage(text, needle, tmp_path, 
 
 def test_tuned_environment_values_reach_the_launcher_as_strings(tmp_path):
     (tmp_path / "tuned.json").write_text(tuned_json(env={"CUDA_DEVICE_MAX_CONNECTIONS": 8, "NCCL_ALGO": "Ring"}))
-    v = bench.load_tuned_variant(tmp_path / "tuned.json")
+    v = tune.load_tuned_variant(tmp_path / "tuned.json")
     assert v.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "8", "NCCL_ALGO": "Ring"}
     assert v.source == f"tuned file {tmp_path / 'tuned.json'}"
 
 
 def test_bench_tuned_variant_re_measures_the_winner(cluster, tmp_path):
     run_tune(cluster, tmp_path / "t", 10_000)
-    v = bench.load_tuned_variant(tmp_path / "t" / "tuned.json")
+    v = tune.load_tuned_variant(tmp_path / "t" / "tuned.json")
     rows = bench.run_bench("qwen3_moe_proxy", 2, ["off", "overlap:hiprio", "tuned"], ["throttled"], tmp_path / "b",
                            steps=8, shape="long-seq", extra_variants={"tuned": v})
     tuned = next(r for r in rows if r.variant == "tuned")

@@ -2,8 +2,9 @@
 
 Contract
 --------
-* ``DISPATCHERS`` are the user-facing names (``alltoall``, the flex backends ``deepep``,
-  ``hybridep``, ``ncclep``, and ``auto``). No torch or Megatron import at module level.
+* The names (``alltoall``, the flex backends ``deepep``, ``hybridep``, ``ncclep``, and ``auto``)
+  are ``base.choices``'s; a name reaching this module is already checked there. No torch or
+  Megatron import at module level.
 * ``supports_gpu`` is Megatron-Bridge 0.6.2's GPU allow-list of each flex backend, as data (the
   parity tests compare it with MB's own ``apply_flex_dispatcher_backend`` for every catalogued GPU);
   ``availability`` says whether a backend's package is on the target (True / False / None =
@@ -33,30 +34,13 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .errors import UsageError
-
-DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep", "auto")
-FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
+from ..base.choices import AUTO, FLEX_BACKENDS, MEASURED_DISPATCHERS
 ALLTOALL_FIELDS = {"moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": None}
 """The model fields that select the alltoall dispatcher (no flex backend left behind)."""
 
 # Below this EP size DeepEP was measured slower than alltoall (Megatron-LM issue #1456; 2x H200
 # EP 2: 0.75-0.90x of overlap off, docs/benchmarks.md).
 DEEPEP_MIN_EP = 16
-
-
-def canonical_name(dispatcher: Any) -> Any:
-    """A dispatcher name in its canonical spelling: names are case-insensitive ('DeepEP' is
-    'deepep'); anything else is returned as it is, for ``validate_name`` to refuse."""
-    return dispatcher.lower() if isinstance(dispatcher, str) else dispatcher
-
-
-def validate_name(dispatcher: Any) -> str:
-    """The canonical name of a user-given dispatcher, or ``UsageError`` listing the canonical names."""
-    name = canonical_name(dispatcher)
-    if name not in DISPATCHERS:
-        raise UsageError("dispatcher", dispatcher, DISPATCHERS)
-    return name
 
 
 def supports_gpu(backend: str, gpu_name: str | None, major: int) -> bool:
@@ -130,6 +114,9 @@ def problems(backend: str, target) -> list[str]:
     return out
 
 
+_REGISTERED = "registered: the recipe's registry row"
+
+
 @dataclass(frozen=True)
 class Decision:
     dispatcher: str  # 'alltoall' or a flex backend
@@ -157,7 +144,7 @@ def _auto(target, ep: int, model=None) -> Decision:
 
     from ..predict.config import CLEAR_MARGIN, CannotPredict, for_config, secs, step_s
 
-    usable = [d for d in ("alltoall", "deepep", "hybridep")
+    usable = [d for d in MEASURED_DISPATCHERS
               if not problems(d, target) and availability(d, target) is True]
     if model is not None and len(usable) > 1:
         assume = {"micro_batch_size": 1, "num_microbatches": 8}  # the batch is not in the model
@@ -192,18 +179,21 @@ def _availability_text(target) -> str:
     return "not known to be installed on the target" if target.deep_ep_version is None else "not usable there"
 
 
-def decide(requested: str | None, model, target, resolve: str, keep_current: bool) -> Decision:
-    """The dispatcher overlap will use. ``requested`` None keeps the config's own when
-    ``keep_current`` (the config already enables overlap) or the recipe asked MB's
-    ``apply_flex_dispatcher_backend`` for it, and it is one overlap can split."""
+def decide(requested: str | None, model, target, resolve: str, keep_current: bool,
+           registered: str | None = None) -> Decision:
+    """The dispatcher overlap will use, and why: the one place its default is settled. In order:
+    ``requested`` (the caller's); the registered recipe's choice (``registered``, its registry row);
+    the config's own when ``keep_current`` (the config already enables overlap) or the recipe asked
+    MB's ``apply_flex_dispatcher_backend`` for it, and it is one overlap can split; else alltoall."""
     ep = getattr(model, "expert_model_parallel_size", None) or 1
-    if requested is None:
+    if requested is None and registered is not None:
+        decision = _auto(target, ep, model) if registered == AUTO else Decision(registered, _REGISTERED)
+    elif requested is None:
         asked = recipe_request(model)
         kept = current_dispatcher(model) if keep_current or (asked is not None and asked.applied) else None
         decision = Decision(kept, "kept: the recipe's") if kept else Decision("alltoall", "default")
-    else:
-        validate_name(requested)
-        decision = _auto(target, ep, model) if requested == "auto" else Decision(requested, "requested")
+    else:  # a name checked where the run was described (RunSpec, Options): base.choices.dispatcher_name
+        decision = _auto(target, ep, model) if requested == AUTO else Decision(requested, "requested")
     if resolve == "auto" and decision.dispatcher != "alltoall":
         why = [p for p in problems(decision.dispatcher, target) if "allow-list" not in p]
         if why:  # the allow-list fallback is MB's own, seen by `apply`
@@ -216,13 +206,10 @@ def apply(model, backend: str, target) -> bool:
     """Call MB's ``apply_flex_dispatcher_backend``; True when flex really got set (False: MB fell back)."""
     from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
 
-    from ..target.simulate import simulate
+    from ..target.simulate import on_target
 
-    if target.source == "probed":
+    with on_target(target):  # within the build's own simulation of the target, else one of its own
         apply_flex_dispatcher_backend(model, backend)
-    else:
-        with simulate(target):
-            apply_flex_dispatcher_backend(model, backend)
     return model.moe_token_dispatcher_type == "flex" and model.moe_flex_dispatcher_backend == backend
 
 
@@ -317,14 +304,14 @@ def recording_recipe_requests() -> Iterator[None]:
     finally:
         patches.restore()
         for model in recorded:
-            drop_superseded_request(model)
+            _drop_superseded_request(model)
 
 
 def _dispatcher_fields(model) -> tuple[Any, Any]:
     return getattr(model, "moe_token_dispatcher_type", None), getattr(model, "moe_flex_dispatcher_backend", None)
 
 
-def drop_superseded_request(model) -> RecipeRequest | None:
+def _drop_superseded_request(model) -> RecipeRequest | None:
     """At the end of a recipe's build: forget its recorded request when the recipe set the dispatcher
     fields itself after the call (NVIDIA's GB200/GB300 recipes build on an H100 base recipe that
     asks for DeepEP, then set flex/HybridEP directly). Returns the request dropped, if any."""

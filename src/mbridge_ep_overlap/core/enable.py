@@ -49,18 +49,19 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..base.choices import ALLTOALL, OPTIONAL_SWITCHES, dispatcher_name, resolve_mode
 from ..target.cluster import ClusterEnvironment
 from . import dispatcher as dispatchers
+from .arguments import require_config, require_target
 from .engine import Report, evaluate, malformed
-from .errors import EPOverlapError, Severity, UsageError, Violation, require_optional_bool
+from ..base.errors import EPOverlapError, Severity, UsageError, Violation, require_optional_bool
 from .facts import Facts, get_path, set_path
 from .plan import FieldChange, OverlapPlan
 from .rules import RULES_BY_ID
 from .rules.flex import expected_hybridep_ranks
 from .rules.values import MAX_CONNECTIONS
-from .sizes import positive_int
+from ..base.sizes import positive_int
 
-RESOLVE_MODES = ("error", "auto")
 EP_FLAGS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
 KEPT = "kept: the recipe's"
 # In every paired measurement on 2x H200 the high-priority stream was at least as fast
@@ -78,17 +79,18 @@ class Options:
     high_priority_a2a: bool | None = None
     resolve: str = "error"
     cuda_device_max_connections: int = 32
+    registered_dispatcher: str | None = None
+    """The registered recipe's dispatcher (its registry row), used when ``dispatcher`` is None."""
 
     def validated(self) -> "Options":
-        if self.resolve not in RESOLVE_MODES:
-            raise UsageError("resolve mode", self.resolve, RESOLVE_MODES)
-        if self.dispatcher is not None and self.dispatcher != dispatchers.validate_name(self.dispatcher):
-            return dataclasses.replace(self, dispatcher=dispatchers.validate_name(self.dispatcher)).validated()
+        resolve_mode(self.resolve)
+        if self.dispatcher is not None and self.dispatcher != dispatcher_name(self.dispatcher):
+            return dataclasses.replace(self, dispatcher=dispatcher_name(self.dispatcher)).validated()
         connections = positive_int(self.cuda_device_max_connections)
         if connections is None or connections > MAX_CONNECTIONS:
             raise UsageError("cuda_device_max_connections", self.cuda_device_max_connections,
                              f"an integer from 1 to {MAX_CONNECTIONS} (CUDA's range)", "invalid")
-        for name in ("delay_wgrad", "high_priority_a2a"):
+        for name in OPTIONAL_SWITCHES:
             require_optional_bool(name, getattr(self, name))
         return self
 
@@ -123,43 +125,6 @@ class _Editor:
 
 def _plain(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str, list, tuple, dict))
-
-
-def require_config(cfg: Any) -> None:
-    """A Megatron-Bridge ConfigContainer whose sections EP overlap edits or reads have their types,
-    or UsageError naming the section (not an AttributeError deep inside): ``cfg.train = None`` is
-    the same usage error as ``cfg.model = None``. Values inside the sections are the value rules'
-    business (``rules.values``, checked before any edit)."""
-    from megatron.bridge.training.comm_overlap import CommOverlapConfig
-    from megatron.bridge.training.config import ConfigContainer
-    from megatron.core.distributed import DistributedDataParallelConfig
-    from megatron.core.optimizer import OptimizerConfig
-    from megatron.core.transformer.transformer_config import TransformerConfig
-    from megatron.training.config import DistributedInitConfig, SchedulerConfig, TrainingConfig
-
-    if not isinstance(cfg, ConfigContainer):
-        raise UsageError("config", type(cfg).__name__, "a Megatron-Bridge ConfigContainer (what an MB recipe returns)",
-                         "invalid")
-    sections = (("model", TransformerConfig, "a model provider (a TransformerConfig, e.g. GPTModelProvider)"),
-                ("comm_overlap", (CommOverlapConfig, type(None)), "a CommOverlapConfig or None"),
-                # the sections every ConfigContainer has, which the rules and MB's finalize read unguarded
-                ("train", TrainingConfig, "a TrainingConfig"), ("optimizer", OptimizerConfig, "an OptimizerConfig"),
-                ("ddp", DistributedDataParallelConfig, "a DistributedDataParallelConfig"),
-                ("dist", DistributedInitConfig, "a DistributedInitConfig"),
-                ("scheduler", SchedulerConfig, "a SchedulerConfig"))
-    for name, kind, allowed in sections:
-        value = getattr(cfg, name, None)
-        if not isinstance(value, kind):
-            plain = isinstance(value, (str, float, type(None))) or (isinstance(value, int) and value.bit_length() <= 64)
-            shown = value if plain else type(value).__name__
-            raise UsageError(f"config section cfg.{name}", shown, allowed, "invalid")
-
-
-def require_target(environment: Any) -> None:
-    if environment is not None and not isinstance(environment, ClusterEnvironment):
-        raise UsageError("environment", environment,
-                         "a ClusterEnvironment from describe(gpu, num_gpus) or probe(), or None for this machine",
-                         "invalid")
 
 
 def mb_fallback(backend: str, target: ClusterEnvironment) -> Violation:
@@ -234,7 +199,7 @@ class Session:
     def __init__(self, cfg: Any, options: Options, target: ClusterEnvironment,
                  forward_step_func: Callable | None = None) -> None:
         self.cfg = cfg
-        self.options = options.validated()
+        self.options = options  # checked where the run was described (RunSpec.validated, enable_ep_overlap)
         self.target = target
         self.forward_step_func = forward_step_func
         self.edit = _Editor(cfg)
@@ -270,28 +235,35 @@ class Session:
                      else "default-priority all-to-all stream requested")
         elif not already_on:
             edit.set("model.high_priority_a2a_comm_stream", True, HIGH_PRIORITY_DEFAULT)
-        self._configure_dispatcher(already_on)
+        self.configure_dispatcher(overlap=True, keep_current=already_on)
         self._set_env("CUDA_DEVICE_MAX_CONNECTIONS", str(opts.cuda_device_max_connections),
                       "A2A stream must not be serialised")
-        if Facts(cfg, self.target).flex_backend == "hybridep":
-            for name, (value, reason) in hybridep_environment(cfg, self.target).items():
-                self._set_env(name, value, reason)
+        self.set_dispatcher_environment()
         return self
 
-    def _configure_dispatcher(self, already_on: bool) -> None:
-        requested = self.options.dispatcher
+    def configure_dispatcher(self, *, overlap: bool, keep_current: bool = False) -> None:
+        """The one place the dispatcher is configured, with EP overlap on or off; every edit is
+        recorded (``self.edit``). Overlap off: no dispatcher asked for keeps the config's own, and
+        a named one is set as asked (``auto`` ranks dispatchers for the overlapped schedule and is
+        refused by ``RunSpec.validated``); overlap on: ``dispatcher.decide``."""
+        requested, resolve = self.options.dispatcher, self.options.resolve
         asked = dispatchers.recipe_fell_back(self.cfg.model)
-        accepted = settle_recipe_fallback(self.cfg, requested, self.options.resolve, self.target, self.edit)
+        named = requested if requested is not None else self.options.registered_dispatcher
+        accepted = settle_recipe_fallback(self.cfg, named, resolve, self.target, self.edit)
         if accepted is not None:
             self.warnings.append(accepted)
             self.recipe_fallback = asked.backend
             self.notes.append(f"resolve='auto': MB fell back from the recipe's {asked.backend} to alltoall on "
                               f"{asked.gpu_name}")
-        self.decision = decision = dispatchers.decide(requested, self.cfg.model, self.target, self.options.resolve,
-                                                      keep_current=already_on)
+        if not overlap and requested is None:
+            return
+        self.decision = decision = (
+            dispatchers.decide(requested, self.cfg.model, self.target, resolve, keep_current=keep_current,
+                               registered=self.options.registered_dispatcher)
+            if overlap else dispatchers.Decision(requested, "requested"))
         self.notes += [f"resolve='auto': {why}" for why in decision.fallbacks]
         model = self.cfg.model
-        if decision.dispatcher == "alltoall":
+        if decision.dispatcher == ALLTOALL:
             for name, value in dispatchers.ALLTOALL_FIELDS.items():
                 self.edit.set(f"model.{name}", value, f"dispatcher alltoall ({decision.reason})")
             return
@@ -310,6 +282,15 @@ class Session:
         else:
             self.warnings.append(dataclasses.replace(fell_back, severity=Severity.WARNING))
             self.notes.append(f"resolve='auto': MB fell back from {backend} to alltoall on {self.target.gpu_name}")
+
+    def set_dispatcher_environment(self) -> None:
+        """The variables the configured dispatcher needs (HybridEP's topology), unless already set."""
+        if Facts(self.cfg, self.target).flex_backend != "hybridep":
+            return
+        if self.cfg.env_vars is None:
+            self.edit.set("env_vars", {}, "recipe had no env_vars")
+        for name, (value, reason) in hybridep_environment(self.cfg, self.target).items():
+            self._set_env(name, value, reason)
 
     def _set_env(self, name: str, value: str, reason: str) -> None:
         existing = (self.cfg.env_vars or {}).get(name)

@@ -32,7 +32,7 @@ from typing import Callable, Iterator
 
 from ..target import shims
 from .engine import Report, evaluate
-from .errors import EPOverlapError, Severity, Violation
+from ..base.errors import EPOverlapError, Severity, Violation
 
 shims.install()  # explicit: MB 0.6.2 imports TE / NVRx unconditionally (see target.shims)
 

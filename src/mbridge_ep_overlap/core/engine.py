@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..target.cluster import ClusterEnvironment
-from .errors import EPOverlapError, Severity, Violation
+from .arguments import require_config, require_target
+from ..base.errors import EPOverlapError, Severity, Violation
 from .facts import Facts
 from .rules import RULES
 
@@ -116,8 +117,6 @@ def check_ep_overlap(
     forward_step_func: Callable | None = None,
 ) -> list[Violation]:
     """All EP-overlap violations of ``cfg`` on ``environment`` (default: this machine)."""
-    from .enable import require_config, require_target
-
     require_config(cfg)
     require_target(environment)
     return evaluate(cfg, environment, forward_step_func).violations

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from ..base.errors import UsageError
 
 _OURS = "mbridge_ep_overlap."
 

@@ -13,7 +13,7 @@ use and cached), *before* MB finalizes the config, so that a check made early ag
   with MB's own table); ``model.bf16`` is only consulted when no mixed precision is set;
 * environment variables resolve as MB applies them: the launcher's value wins over
   ``cfg.env_vars`` (MB uses ``os.environ.setdefault``);
-* world size comes from the target, else ``WORLD_SIZE``; every derived size from ``core.sizes``.
+* world size comes from the target, else ``WORLD_SIZE``; every derived size from ``base.sizes``.
 
 It never mutates the config. ``get_path`` / ``set_path`` are the dotted-path accessors the
 engine, ``enable`` and the plan share.
@@ -28,28 +28,8 @@ from functools import cached_property
 from typing import Any, Callable
 
 from ..target.cluster import ClusterEnvironment
-from . import sizes
-
-
-def get_path(obj: Any, path: str, default: Any = None) -> Any:
-    """``get_path(cfg, "model.recompute_method")``; ``env_vars.NAME`` indexes the dict."""
-    for part in path.split("."):
-        if obj is None:
-            return default
-        if isinstance(obj, dict):
-            obj = obj.get(part, default)
-        else:
-            obj = getattr(obj, part, default)
-    return obj
-
-
-def set_path(obj: Any, path: str, value: Any) -> None:
-    head, _, last = path.rpartition(".")
-    parent = get_path(obj, head) if head else obj
-    if isinstance(parent, dict):
-        parent[last] = value
-    else:
-        setattr(parent, last, value)
+from ..base import sizes
+from ..base.values import get_path, set_path  # noqa: F401 - the config paths every rule reads, re-exported
 
 
 def _comm_overlap_flag(cfg: Any, name: str) -> bool:

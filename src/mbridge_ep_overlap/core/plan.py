@@ -15,8 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import Violation
-from .values import jsonable, short
+from ..base.errors import Violation
+from ..base.values import jsonable, short
 
 
 @dataclass(frozen=True)

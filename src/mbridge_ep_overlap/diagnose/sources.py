@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from ..base import run_files
-from ..core.errors import UsageError
+from ..base.errors import UsageError
 
 MAX_LINE = 8192
 _PROBE = 8192

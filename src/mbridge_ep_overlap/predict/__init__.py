@@ -3,7 +3,7 @@
 Contract
 --------
 Public API (stdlib only - importing this package never imports torch, megatron or numpy; inside
-this project it reads ``core.sizes`` and ``target.gpus``, plain arithmetic and data):
+this project it reads ``base.sizes`` and ``base.gpus``, plain arithmetic and data):
 
     StepInputs, Cluster, LinkSpec                      (inputs)   what is predicted for where
     predict(inputs, cluster, calibration=None)          (model)    -> Prediction

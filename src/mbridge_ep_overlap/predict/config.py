@@ -4,7 +4,7 @@ rules and ``dispatcher="auto"`` read.
 Contract
 --------
 * ``cluster_for(target)`` - the ``Cluster`` of a ``ClusterEnvironment`` (GPU kind through
-  ``target.gpus.match``, world size, GPUs per node, NVLink domain) and what about it is assumed
+  ``base.gpus.match``, world size, GPUs per node, NVLink domain) and what about it is assumed
   (the scale-out link, when the job leaves one NVLink domain); ``CannotPredict`` when the GPU or
   the world size is unknown or the GPU kind has no hardware model (``hardware.json``).
 * ``for_config(cfg, target, *, precision=None, dispatcher=None, assume=None, calibration=None)`` ->
@@ -28,7 +28,7 @@ Contract
   than ``CLEAR_MARGIN`` (the model's stated accuracy on step time, ``validation.TARGET``).
   ``little_gain`` / ``clearly_faster`` apply them and return the text the rules quote.
 
-Stdlib only (``core.sizes`` and ``target.gpus`` are plain data and arithmetic).
+Stdlib only (``base.sizes`` and ``base.gpus`` are plain data and arithmetic).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from ..target.gpus import match
+from ..base.gpus import match
 from .cluster_calibration import SCALE_OUT, with_scale_out
 from .costs import Calibration, domain_size, hardware
 from .inputs import Cluster, StepInputs, from_config

@@ -10,7 +10,7 @@ Contract
   bench ``results.json`` rows carry under ``finalized``). A missing field takes the default listed
   in ``FIELD_DEFAULTS`` (or a value guessed from other fields) and its name is recorded in
   ``defaults_used``, so a prediction always says what it assumed. DP and the microbatches per
-  step come from the summary, else from ``core.sizes`` (DP = world size / (TP x PP x CP),
+  step come from the summary, else from ``base.sizes`` (DP = world size / (TP x PP x CP),
   microbatches = GBS / (MBS x DP)); an exact derivation is not a default.
 * ``from_config(cfg, world_size)`` - the same for a Megatron-Bridge ``ConfigContainer``, finalized
   or not: it reads the same field names from ``cfg.model`` / ``cfg.train`` / ``cfg.ddp`` and hands
@@ -26,7 +26,7 @@ Contract
   rest the same way. So every size the model multiplies is a real run's, and its float arithmetic
   stays finite.
 
-Nothing here imports anything outside the standard library (``core.sizes`` is plain arithmetic).
+Nothing here imports anything outside the standard library (``base.sizes`` is plain arithmetic).
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from ..core import sizes
+from ..base import sizes
+from ..base.choices import NAMED_DISPATCHERS
 from . import precision as _precision_of
 
-DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep")
+DISPATCHERS = NAMED_DISPATCHERS
 INT64_MAX, shown = sizes.INT64_MAX, sizes.shown  # the bound on every size and on the tokens per step
 MAX_LAYER_PATTERN = 1 << 20  # a Megatron-LM layer-pattern string expands to at most this many layers here
 TRANSFORMER_IMPLS = ("transformer_engine", "local")
@@ -135,7 +136,7 @@ def _opt_int(name: str, value: Any, minimum: int = 0) -> int | None:
 
 def _batch_layout(s: Mapping[str, Any], num_gpus: int | None, tp: int, pp: int, cp: int, mbs: int,
                   used: list[str]) -> tuple[int, int]:
-    """(DP, microbatches per step): the summary's own values, else derived with ``core.sizes`` (the one
+    """(DP, microbatches per step): the summary's own values, else derived with ``base.sizes`` (the one
     owner of derived sizes: DP = world / (TP x PP x CP), microbatches = GBS / (MBS x DP)). An exact
     derivation is not a default; a guess (no world size) is recorded in ``used``."""
     dp, nmb, gbs = (_opt_int(k, s.get(k), 1) for k in ("data_parallel_size", "num_microbatches", "global_batch_size"))

@@ -35,7 +35,7 @@ on the last; split into parts:
 
 ``MemoryPrediction.allocated_off/on`` is what ``torch.cuda.max_memory_allocated`` measures (no
 ``fixed``, no fragmentation); ``total_off/on`` adds both and is what the rule compares with the
-GPU's memory (``target.gpus``). ``lines()`` is what ``plan`` prints. Every number finite or
+GPU's memory (``base.gpus``). ``lines()`` is what ``plan`` prints. Every number finite or
 ``ValueError``. Stdlib only.
 """
 
@@ -46,7 +46,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..target.gpus import GPU_CATALOG
+from ..base.gpus import GPU_CATALOG
 from .costs import domain_size, ep_layout
 from .inputs import Cluster, StepInputs
 
@@ -128,7 +128,7 @@ def _layout_text(layout: Any) -> str | None:
 @dataclass(frozen=True)
 class MemoryPrediction:
     gpu: str
-    capacity_gib: float  # the GPU's memory (target.gpus)
+    capacity_gib: float  # the GPU's memory (base.gpus)
     parts_off: dict[str, float] = field(default_factory=dict)  # GiB per part, overlap off
     parts_on: dict[str, float] = field(default_factory=dict)  # GiB per part, overlap on
     stage: str = "first"  # the pipeline stage the peak is on
@@ -313,7 +313,7 @@ def _in_flight(i: StepInputs, rank: int, v: int, overlap: bool) -> list[int]:
 def predict_memory(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> MemoryPrediction:
     """The peak per GPU (module docstring); ``ValueError`` for a GPU kind the catalogue lacks."""
     if cluster.gpu not in GPU_CATALOG:
-        raise ValueError(f"GPU {cluster.gpu!r}: not in the GPU catalogue (target.gpus)")
+        raise ValueError(f"GPU {cluster.gpu!r}: not in the GPU catalogue (base.gpus)")
     per = _layer(i)
     pp = i.pp
     moe_params = per["attn"] + per["router"] + per["shared"] + per["experts"]

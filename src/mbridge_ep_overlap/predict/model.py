@@ -41,11 +41,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base.choices import MEASURED_DISPATCHERS
 from .costs import Calibration, Costs, default_calibration, hardware, layer_costs
 from .inputs import DISPATCHERS, Cluster, StepInputs
 from .schedule import microbatch_off, simulate_overlap, steady_overlap
 
-MODELLED = ("alltoall", "deepep", "hybridep")
+MODELLED = MEASURED_DISPATCHERS
 # Layers of one model chunk the replay simulates one by one (~1.4 ms each for all dispatchers): far
 # above any real model (DeepSeek-V3 has 61 layers, Llama-3.1-405B 126), and a bound on its time.
 MAX_CHUNK_LAYERS = 1024

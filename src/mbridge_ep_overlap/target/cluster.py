@@ -19,9 +19,9 @@ import importlib.metadata
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..core.errors import UsageError
-from ..core.sizes import positive_int
-from .gpus import GPU_CATALOG, canonical_gpu
+from ..base.errors import UsageError
+from ..base.sizes import positive_int
+from ..base.gpus import GPU_CATALOG, canonical_gpu
 from .stack import REFERENCE_TE_VERSION, is_version
 
 # Launcher variables EP overlap depends on (read by the doctor and by the rules).

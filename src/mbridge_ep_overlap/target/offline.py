@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from ..core.errors import UsageError
+from ..base.errors import UsageError
 
 HF_CONFIG_DIR = Path(__file__).parent / "hf_configs"
 
@@ -35,7 +35,7 @@ def _hub_cache() -> Path:
     return Path(home) / "hub" if home else Path.home() / ".cache" / "huggingface" / "hub"
 
 
-def find_architecture(model_id: str, extra_dir: str | os.PathLike | None = None) -> Path | None:
+def _find_architecture(model_id: str, extra_dir: str | os.PathLike | None = None) -> Path | None:
     """The folder holding ``config.json`` for ``model_id`` (``org/name``), or None."""
     org_name = model_id.replace("/", "--", 1)
     candidates = []
@@ -78,7 +78,7 @@ def offline_architectures(extra_dir: str | os.PathLike | None = None) -> Iterato
             if Path(key, "config.json").exists():
                 _check_config_file(Path(key, "config.json"))
             return original.__func__(cls, key, **kwargs)
-        folder = find_architecture(key, extra_dir)
+        folder = _find_architecture(key, extra_dir)
         if folder is None:
             raise UsageError("Hugging Face model (offline build)", key,
                              f"a config.json for it in --hf-config-dir, the shipped architectures "

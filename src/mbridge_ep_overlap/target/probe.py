@@ -14,10 +14,11 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 
-from . import gpus
+from ..base import gpus
 from .cluster import RELEVANT_ENV_VARS, ClusterEnvironment, dist_version, installed_versions
+from .deep_ep import DeepEPInfo, deep_ep_info
+from .smoke_verdicts import cached_verdicts
 
 def te_version_here() -> str:
     """Version of the Transformer Engine that imports in this process ("" when none does)."""
@@ -26,14 +27,6 @@ def te_version_here() -> str:
     if not real_te_available():
         return ""
     return dist_version("transformer-engine", "transformer_engine", "transformer-engine-torch") or "unknown"
-
-
-@dataclass(frozen=True)
-class DeepEPInfo:
-    version: str  # "" when deep_ep does not import
-    hybrid_ep: bool = False
-    nvshmem: bool | None = None
-    build: str = ""
 
 
 def _te_has_nccl_ep() -> bool:
@@ -45,31 +38,6 @@ def _te_has_nccl_ep() -> bool:
     except Exception:
         return False
     return True
-
-
-def _links_nvshmem(module_name: str) -> bool | None:
-    """Whether a compiled extension needs libnvshmem_host (DeepEP's internode/low-latency build)."""
-    spec = importlib.util.find_spec(module_name)
-    if spec is None or not spec.origin:
-        return None
-    try:
-        with open(spec.origin, "rb") as f:
-            return b"libnvshmem_host" in f.read()
-    except OSError:
-        return None
-
-
-@functools.lru_cache(maxsize=1)
-def deep_ep_info() -> DeepEPInfo:
-    """What ``deep_ep`` is here: version, HybridEP, and whether its extension links NVSHMEM."""
-    try:
-        import deep_ep
-    except Exception:  # ImportError, or OSError from a build for another CUDA
-        return DeepEPInfo("")
-    version = getattr(deep_ep, "__version__", "") or dist_version("deep_ep", "deep-ep") or "unknown"
-    nvshmem = _links_nvshmem("deep_ep_cpp")
-    build = "NVSHMEM kernels: " + ("unknown" if nvshmem is None else ("yes" if nvshmem else "no"))
-    return DeepEPInfo(version, hasattr(deep_ep, "HybridEPBuffer"), nvshmem, build)
 
 
 def cudnn_version_text(number: int | None) -> str | None:
@@ -100,7 +68,7 @@ def library_file(function) -> str | None:
     return None
 
 
-def cudnn_pair() -> tuple[str | None, str | None, str | None]:
+def _cudnn_pair() -> tuple[str | None, str | None, str | None]:
     """(the cuDNN torch runs, the cuDNN Transformer Engine loaded, that library's file); None where
     unknown. TE loads its own libcudnn with ctypes when it is imported, searching ``CUDNN_HOME``,
     ``CUDNN_PATH``, ``CUDA_HOME``, ``CUDA_PATH`` and /usr/local/cuda before the pip wheel, so it can
@@ -167,8 +135,6 @@ def _static() -> dict:
     info = deep_ep_info() if cc is not None else DeepEPInfo("")
     health = None
     if cc is not None:  # the verdicts `mbridge-ep-overlap doctor --smoke` cached on this node, if any
-        from ..tools.smoke import cached_verdicts
-
         health = cached_verdicts()
     return {
         **installed_versions(),
@@ -185,7 +151,7 @@ def _static() -> dict:
         "deep_ep_build": info.build or None,
         "dispatcher_health": health,
         "apex_fused_wgrad": importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is not None,
-        **dict(zip(("torch_cudnn_version", "te_cudnn_version", "te_cudnn_library"), cudnn_pair())),
+        **dict(zip(("torch_cudnn_version", "te_cudnn_version", "te_cudnn_library"), _cudnn_pair())),
     }
 
 

@@ -31,19 +31,19 @@ import types
 from typing import Any, Iterator
 
 from .cluster import ClusterEnvironment
-from .gpus import GPU_CATALOG, match
+from ..base.gpus import GPU_CATALOG, match
 
 _SIMULATED: contextvars.ContextVar[ClusterEnvironment | None] = contextvars.ContextVar(
     "mbridge_ep_overlap_simulated_target", default=None
 )
 
 # TE symbols MCore 0.19.2's finalize checks for presence only (None without TE): the module and names.
-TE_PRESENCE_CHECKS = {
+_TE_PRESENCE_CHECKS = {
     "megatron.core.models.common.embeddings.rope_utils": ("fused_apply_rotary_pos_emb", "fused_apply_rotary_pos_emb_thd"),
     "megatron.core.transformer.moe.moe_utils": ("fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",
                                                 "fused_sort_chunks_by_index_with_probs", "fused_unpermute"),
 }
-TE_MODULES = ("transformer_engine", "transformer_engine.pytorch", "transformer_engine.pytorch.optimizers")
+_TE_MODULES = ("transformer_engine", "transformer_engine.pytorch", "transformer_engine.pytorch.optimizers")
 
 
 def current() -> ClusterEnvironment:
@@ -129,7 +129,7 @@ def _fake_te(patches: Patches, te_version: str) -> None:
     patches.set(probe, "__code__", (lambda: True).__code__ if te_version else (lambda: False).__code__)  # identity
     if not te_version or te_version_here():
         return  # no TE on the target, or the real one is here: nothing to stand in for
-    for module_name, names in TE_PRESENCE_CHECKS.items():
+    for module_name, names in _TE_PRESENCE_CHECKS.items():
         module = importlib.import_module(module_name)
         for name in names:
             patches.set(module, name, _te_stand_in)
@@ -137,12 +137,21 @@ def _fake_te(patches: Patches, te_version: str) -> None:
 
 
 def _te_modules(te_version: str) -> dict[str, types.ModuleType]:
-    te, pytorch, optimizers = (types.ModuleType(name) for name in TE_MODULES)
+    te, pytorch, optimizers = (types.ModuleType(name) for name in _TE_MODULES)
     te.__path__, pytorch.__path__ = [], []
     te.__version__ = te_version
     optimizers.FusedAdam = _FusedAdamSignature
     te.pytorch, pytorch.optimizers = pytorch, optimizers
-    return dict(zip(TE_MODULES, (te, pytorch, optimizers)))
+    return dict(zip(_TE_MODULES, (te, pytorch, optimizers)))
+
+
+def on_target(env: ClusterEnvironment) -> contextlib.AbstractContextManager:
+    """``simulate(env)`` for a described target that is not simulated already, else nothing: a
+    build enters the target's simulation once, and the steps inside it (MB's flex-backend call, a
+    recipe's build) run in that one."""
+    if not env.described or _SIMULATED.get() is env:
+        return contextlib.nullcontext(env)
+    return simulate(env)
 
 
 @contextlib.contextmanager

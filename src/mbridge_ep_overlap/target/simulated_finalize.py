@@ -10,16 +10,14 @@ are re-raised as ``UpstreamRefusal`` naming upstream's exception.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import sizes
-from ..core.errors import EPOverlapError, UpstreamRefusal
-from ..core.facts import get_path
-from ..core.values import jsonable
+from ..base import sizes
+from ..base.errors import EPOverlapError, UpstreamRefusal
+from ..base.values import get_path, jsonable
 from .cluster import ClusterEnvironment
-from .simulate import simulate
+from .simulate import on_target
 
 SUMMARY_FIELDS = (
     ("overlap_moe_expert_parallel_comm", "model.overlap_moe_expert_parallel_comm"),
@@ -71,7 +69,7 @@ def finalize_for(cfg: Any, env: ClusterEnvironment) -> FinalizeResult:
     from megatron.bridge.training.config import runtime_config_update
 
     try:
-        with simulate(env) if env.described else contextlib.nullcontext():
+        with on_target(env):
             runtime_config_update(cfg)
     except EPOverlapError:
         raise

@@ -6,7 +6,7 @@ Runs one recipe as separate ``torchrun`` jobs (``launch.launch``), one per varia
 same seed, mock data, shape and overrides. A shape and a variant are typed ``RunSpec`` changes
 (``SHAPES``, ``VARIANTS``), turned into ``run_script.py`` flags by ``flags.to_argv`` only at
 launch. Before the first job: every argument is checked, the ``--tuned`` file too
-(``tune.load_tuned``), then each job's spec is built and judged as ``run_script.py`` will build it
+(``tune.load_tuned_variant``), then each job's spec is built and judged as ``run_script.py`` will build it
 in the job (``check_jobs``: ``pipeline.build`` on this machine with the job's variables - a bad
 override or setting is bad usage, exit 2; what the rules refuse is exit 1, every violation of every
 job listed), then that this machine has ``--nproc`` CUDA GPUs (``require_gpus``; torch is imported
@@ -40,14 +40,14 @@ that cluster beside its measured one (``--calibration FILE``: with that cluster 
 "measured vs predicted" table. ``parse_variants`` reads ``--variants`` for bench and
 ``launch_slurm.py`` alike. ``summary_line`` names the
 best share of a set of rows. ``bench --tune`` (``tools.tune``) searches the overlap knobs; a tuned
-result (``tuned.json``) runs as the variant ``tuned`` with ``--tuned PATH``.
+result (``tuned.json``) runs as the variant ``tuned`` with ``--tuned PATH``. The command itself
+(``bench`` and ``bench --tune``) is ``tools.bench_command``, above both.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import errno
-import json
 import os
 import re
 import stat
@@ -55,7 +55,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import EPOverlapError, UsageError, Violation
+from ..base.choices import DEEP_EP_BACKENDS
+from ..base.errors import EPOverlapError, UsageError, Violation
 from ..spec import RunSpec
 from ..target.cluster import RELEVANT_ENV_VARS, ClusterEnvironment
 from .exits import release_stderr
@@ -63,6 +64,7 @@ from .launch import child_environment, launch
 from .numerics import compare_losses
 from .results import (VariantResult, array_rows, load_results, predict_rows, prediction_lines,  # noqa: F401 - re-exported
                       read_manifest, result_from_row, summarize_run)
+from .tables import num, pct, write_json
 
 LINKS = {"nvlink": {}, "throttled": {"NCCL_P2P_DISABLE": "1"}}
 
@@ -239,11 +241,11 @@ def compare_to_baseline(results: list[VariantResult]) -> None:
             r.parity = "baseline"
 
 
-def is_like_for_like(r: VariantResult) -> bool:
+def _is_like_for_like(r: VariantResult) -> bool:
     """False for a flex dispatcher (DeepEP / HybridEP) on the throttled link: ``NCCL_P2P_DISABLE``
     throttles NCCL only, their tokens still cross NVLink (see docs/benchmarks.md)."""
     f = r.finalized or {}
-    flex = f.get("moe_token_dispatcher_type") == "flex" or r.variant in ("deepep", "hybridep")
+    flex = f.get("moe_token_dispatcher_type") == "flex" or r.variant in DEEP_EP_BACKENDS
     return not (flex and r.link == "throttled")
 
 
@@ -252,7 +254,7 @@ def summary_line(results: list[VariantResult]) -> str:
     losses matched off, with a recognized all-to-all, like for like, not disqualified by the tuner
     (own-profile ideal; the share against off's ideal follows)."""
     rows = [r for r in results if r.ok and r.variant != "off" and r.parity == "match" and r.share_of_gain is not None
-            and is_like_for_like(r) and not r.disqualified]
+            and _is_like_for_like(r) and not r.disqualified]
     if not rows:
         return "Best share of the possible gain: - (no overlapped row with matching losses and a profile)"
     best = max(rows, key=lambda r: r.share_of_gain)
@@ -269,15 +271,6 @@ def shape_label(finalized: dict) -> str:
     attn = f" attn{f['num_attention_heads']}x{f['kv_channels']}" if f.get("num_attention_heads") and f.get("kv_channels") else ""
     return (f"h{f['hidden_size']}{attn} ffn{f.get('moe_ffn_hidden_size')} top{f.get('moe_router_topk')}/"
             f"{f.get('num_moe_experts')} mbs{f.get('micro_batch_size')} seq{f.get('seq_length')}")
-
-
-def _num(x: float | None, spec: str) -> str:
-    """``x`` formatted, '-' when not measured (an ok row without a steady window, say)."""
-    return "-" if x is None else format(x, spec)
-
-
-def _pct(x: float | None, signed: bool = False) -> str:
-    return "-" if x is None else (f"{x:+.0%}" if signed else f"{x:.0%}")
 
 
 def markdown(results: list[VariantResult], title: str) -> str:
@@ -297,12 +290,12 @@ def markdown(results: list[VariantResult], title: str) -> str:
         idle = "-" if r.idle_step_s is None else (">=" if r.idle_estimated else "") + f"{r.idle_step_s:.3f}"
         estimated |= r.idle_estimated
         compute = "-" if r.compute_vs_off_s is None or r.variant == "off" else f"{r.compute_vs_off_s:+.3f}"
-        share = "-" if r.share_of_gain is None else f"{r.share_of_gain:.0%} ({_pct(r.share_of_gain_off_ideal)})"
-        peak_delta = "-" if r.variant == "off" else _pct(r.peak_vs_off, signed=True)
+        share = "-" if r.share_of_gain is None else f"{r.share_of_gain:.0%} ({pct(r.share_of_gain_off_ideal)})"
+        peak_delta = "-" if r.variant == "off" else pct(r.peak_vs_off, signed=True)
         spread = "-" if r.spread_s is None else f"{r.spread_s[0]:.3f}-{r.spread_s[1]:.3f}"
         lines.append(
-            f"| {r.link} | {r.variant} | {_num(r.median_s, '.3f')} | {spread} | "
-            f"{speed} | {_num(r.tokens_per_s, ',.0f')} | {_num(r.peak_gib, '.1f')} | {peak_delta} | "
+            f"| {r.link} | {r.variant} | {num(r.median_s, '.3f')} | {spread} | "
+            f"{speed} | {num(r.tokens_per_s, ',.0f')} | {num(r.peak_gib, '.1f')} | {peak_delta} | "
             + (f"{e['hidden_fraction']:.0%} | {e['exposed_s'] / n:.3f} | " if e else "- | - | ")
             + f"{idle} | {compute} | "
             + (f"{e['ideal_step_s']:.3f} | " if e else "- | ")
@@ -440,7 +433,7 @@ def validate_request(recipe: str, nproc: int, variants: list[str], links: list[s
     resolve_recipe(recipe)
 
 
-def job_target(machine: ClusterEnvironment, nproc: int, env: dict[str, str]) -> ClusterEnvironment:
+def _job_target(machine: ClusterEnvironment, nproc: int, env: dict[str, str]) -> ClusterEnvironment:
     """``machine`` (this one, probed) as a job launched with ``env`` on ``nproc`` ranks will probe
     it: the environment ``launch`` gives the job (``launch.child_environment``) and torchrun's
     ``WORLD_SIZE``."""
@@ -467,7 +460,7 @@ def check_jobs(base: RunSpec, variants: dict[str, Variant], links: list[str], np
         links_refused = []
         for link in links:
             try:
-                build(spec, target=job_target(machine, nproc, {**LINKS[link], **variant.env}))
+                build(spec, target=_job_target(machine, nproc, {**LINKS[link], **variant.env}))
             except UsageError as e:
                 if not variant.source:
                     raise
@@ -601,9 +594,9 @@ def run_bench(
             results.append(r)
             if r.ok:
                 print(f"bench: {link}/{variant}: median {r.median_s:.3f}s", flush=True)
-            _write_json(results, out)  # partial results survive a later crash or time limit
+            write_json(results, out)  # partial results survive a later crash or time limit
     compare_to_baseline(results)
-    _write_outputs(results, out, f"{recipe}, {nproc} GPUs, shape {shape} {' '.join(extra or [])}".strip())
+    write_outputs(results, out, f"{recipe}, {nproc} GPUs, shape {shape} {' '.join(extra or [])}".strip())
     return results
 
 
@@ -648,20 +641,15 @@ def report(folders: list[Path], out: Path, title: str, calibration: str | None =
             r.run = r.run or str(folder)
         compare_to_baseline(rows)
         results.extend(rows)
-    _write_outputs(results, output_folder(out), title)
+    write_outputs(results, output_folder(out), title)
     return results
 
 
-def _write_json(results: list[VariantResult], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps([r.__dict__ for r in results], indent=2, default=str))
-
-
-def _write_outputs(results: list[VariantResult], out: Path, title: str) -> None:
+def write_outputs(results: list[VariantResult], out: Path, title: str) -> None:
     """results.json, benchmarks.md and benchmarks.png in ``out``; the table is also printed. The
     table is made before anything is written (no half-written folder)."""
     table = markdown(results, title)
-    _write_json(results, out)
+    write_json(results, out)
     (out / "benchmarks.md").write_text(table + "\n")
     drawn = plot(results, out / "benchmarks.png")
     if not drawn:  # a plot of another run must not stand beside this table
@@ -669,83 +657,3 @@ def _write_outputs(results: list[VariantResult], out: Path, title: str) -> None:
     print(table)
     if not drawn:
         print(f"benchmarks.png: not drawn ({too_many_to_plot(results) or 'matplotlib cannot be imported'})")
-
-
-def load_tuned_variant(path: Path) -> Variant:
-    """The variant ``tuned`` from a ``tuned.json`` written by ``bench --tune`` (``tune.load_tuned``
-    checks the file; ``check_jobs`` judges its settings before anything is launched)."""
-    from .tune import load_tuned
-
-    t = load_tuned(path)
-    changes = {"ep_overlap": True, "dispatcher": t["dispatcher"]} if t["ep_overlap"] else {"ep_overlap": False}
-    return Variant(changes, dict(t["env"]), overrides=tuple(t["overrides"]), source=f"tuned file {path}")
-
-
-def add_parser(sub) -> None:
-    from .exits import positive_int
-
-    p = sub.add_parser("bench", help="A/B benchmark of EP-overlap variants (GPU node, torchrun)")
-    p.add_argument("--recipe", default="qwen3_moe_proxy")
-    p.add_argument("--nproc", type=positive_int, default=2)
-    p.add_argument("--variants", default="off,overlap", help=f"comma list of {', '.join(VARIANTS)} (and tuned)")
-    p.add_argument("--links", default=None, help="comma list of nvlink, throttled (default: both; --tune: throttled)")
-    p.add_argument("--steps", type=positive_int, default=None, help="default 12 (--tune: 8)")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--profile", type=int, default=2, help="profiled steps at the end (excluded from timing)")
-    p.add_argument("--shape", default="default", choices=sorted(SHAPES), help="benchmark shape (bench.SHAPES)")
-    p.add_argument("--comm-bound", action="store_true", help="same as --shape comm-bound")
-    p.add_argument("--out", default=None, help="output folder (default out/bench; --tune: out/tune)")
-    p.add_argument("--report", nargs="+", metavar="DIR", help="run nothing: merge these bench output folders into --out")
-    p.add_argument("--calibration", default=None, metavar="FILE",
-                   help="--report: predict the steps of a launch_slurm.py --variants folder with this cluster "
-                        "calibration (written by calibrate)")
-    p.add_argument("--tuned", default=None, metavar="TUNED_JSON",
-                   help="adds the variant 'tuned': the settings a --tune run wrote (tuned.json)")
-    t = p.add_argument_group("tuning (--tune: tools/tune.py)")
-    t.add_argument("--tune", action="store_true",
-                   help="search the overlap knobs (off + overlap, then one knob at a time on the best) within --budget")
-    t.add_argument("--budget", type=positive_int, default=None, metavar="SECONDS",
-                   help="--tune: wall-clock budget of this invocation (runs are estimated from the previous ones)")
-    t.add_argument("--dispatcher", default=None, choices=("alltoall", "deepep", "hybridep"),
-                   help="--tune: the overlapped dispatcher to tune (default alltoall)")
-    t.add_argument("--mem-tolerance", type=float, default=None,
-                   help="--tune: peak memory allowed above the overlap baseline's, as a fraction (default 0.02)")
-    t.add_argument("--min-gain", type=float, default=None,
-                   help="--tune: a knob is kept when it is at least this fraction faster (default 0.005)")
-    p.add_argument("extra", nargs="*", help="run_script flags / key=value overrides for every variant (after --)")
-    p.set_defaults(handler=_main)
-
-
-def _main(args) -> int:
-    shape = "comm-bound" if args.comm_bound else args.shape
-    if not args.tune:
-        given = [flag for flag, value in (("--budget", args.budget), ("--dispatcher", args.dispatcher),
-                                          ("--mem-tolerance", args.mem_tolerance), ("--min-gain", args.min_gain))
-                 if value is not None]
-        if given:
-            raise UsageError("tune-only flags", " ".join(given), "only with --tune (a plain bench names its "
-                             "dispatchers in --variants, e.g. --variants off,overlap,hybridep)", "unused")
-    if args.calibration is not None and not args.report:
-        raise UsageError("--calibration", args.calibration, "only with --report (it predicts the steps of a "
-                         "launch_slurm.py --variants folder)", "unused")
-    if args.report:
-        results = report([Path(d) for d in args.report], Path(args.out or "out/bench"),
-                         f"{args.recipe}: {', '.join(args.report)}", calibration=args.calibration)
-        return 0 if results else 1
-    if args.tune:
-        from .tune import tune_links
-
-        if args.budget is None:
-            raise UsageError("--budget", None, "--tune needs a wall-clock budget in seconds (--budget SECONDS)", "missing")
-        links = (args.links or "throttled").split(",")
-        outcomes = tune_links(args.recipe, args.nproc, shape, links, Path(args.out or "out/tune"), args.budget,
-                              steps=args.steps or 8, warmup=args.warmup, profile=args.profile, extra=args.extra,
-                              **{k: v for k, v in (("dispatcher", args.dispatcher), ("mem_tolerance", args.mem_tolerance),
-                                                   ("min_gain", args.min_gain)) if v is not None})  # else tune's defaults
-        return 0 if all(o.winner is not None for o in outcomes) else 1
-    extra_variants = {"tuned": load_tuned_variant(Path(args.tuned))} if args.tuned else None
-    known = {**VARIANTS, **(extra_variants or {})}
-    results = run_bench(args.recipe, args.nproc, parse_variants(args.variants, known), (args.links or "nvlink,throttled").split(","),
-                        Path(args.out or "out/bench"), args.steps or 12, args.warmup, args.profile, args.extra,
-                        shape=shape, extra_variants=extra_variants)
-    return 0 if all(r.ok or r.error.startswith("skipped") for r in results) else 1

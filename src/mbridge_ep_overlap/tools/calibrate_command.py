@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..core.errors import UsageError
+from ..base.errors import UsageError
 from .exits import positive_int
 from .plan_report import judge
 

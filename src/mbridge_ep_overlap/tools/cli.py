@@ -7,7 +7,7 @@ Contract
 * ``plan``: build a recipe for a described target and finalize it with MB's real finalize
   (``tools.plan_command``). Exit 0 accepted, 1 refused (every violation printed).
 * ``recipes``: the registered recipes.
-* ``bench`` / ``verify-log``: the evidence tools (``tools.bench``, ``tools.logs``).
+* ``bench`` / ``verify-log``: the evidence tools (``tools.bench_command``, ``tools.logs``).
 * ``calibrate``: refit the step-time model's cluster inputs from measured rows (``tools.calibrate_command``).
 * ``diagnose``: the cause of a failed or slow run from what it left behind (``tools.diagnose_command``).
 * ``rule ID`` / ``rule --list``: a rule's reference text, as ``docs/rules.md`` has it (``tools.rule_command``).
@@ -43,7 +43,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import bench, calibrate_command, diagnose_command, logs, plan_command, rule_command
+    from . import bench_command, calibrate_command, diagnose_command, logs, plan_command, rule_command
 
     p = OneLineArgumentParser(prog="mbridge-ep-overlap", description=__doc__.split("\n")[0])
     p.add_argument("-v", "--verbose", action="store_true", dest="verbose_all",
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.choices["doctor"].add_argument("--smoke", action="store_true", help="run each dispatcher on 2 GPUs")
     sub.add_parser("recipes", help="list the registered recipes").set_defaults(handler=_recipes)
     plan_command.add_parser(sub)
-    bench.add_parser(sub)
+    bench_command.add_parser(sub)
     logs.add_parser(sub)
     diagnose_command.add_parser(sub)
     calibrate_command.add_parser(sub)

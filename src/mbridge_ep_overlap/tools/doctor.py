@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 from .. import __version__
-from ..core.errors import UsageError
+from ..base.choices import DEEP_EP_BACKENDS, NAMED_DISPATCHERS
+from ..base.errors import UsageError
 
 
 def dataset_helpers_gap() -> str | None:
@@ -88,9 +89,9 @@ def doctor_lines() -> list[str]:
     lines.append(f"dataset helpers   : {'OK' if gap is None else 'PROBLEM: ' + gap}")
     lines.append("dispatchers for EP overlap on this machine:")
     smoked = _cached_smoke(env)
-    for name in dispatcher.DISPATCHERS[:-1]:
+    for name in NAMED_DISPATCHERS:
         why = ["no CUDA GPU visible"] if not env.has_gpu else dispatcher.problems(name, env)
-        usable = f"deep_ep {env.deep_ep_version} on {env.gpu_name}" if name in ("deepep", "hybridep") else "every GPU"
+        usable = f"deep_ep {env.deep_ep_version} on {env.gpu_name}" if name in DEEP_EP_BACKENDS else "every GPU"
         smoke = smoked.get(name) if smoked else None
         if smoke is not None and not smoke.usable:
             why = [*why, f"smoke check: {smoke.text} on this node" + (f" ({smoke.cause})" if smoke.cause else "")

@@ -35,11 +35,18 @@ import functools
 import json
 import math
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from megatron.bridge.training.callbacks import Callback
+
+from ..target.cluster import RELEVANT_ENV_VARS
+from ..target.probe import te_version_here
+from ..target.shims import real_te_available
+from .shared_gpu import active
+from .trace import analyze
 
 from ..target.simulated_finalize import summarize
 
@@ -163,8 +170,6 @@ class WgradCounter:
 
 def _te_weight_grad_store():
     """Transformer Engine's ``WeightGradStore`` class, None where the real TE does not import."""
-    from ..target.shims import real_te_available
-
     if not real_te_available():
         return None
     try:
@@ -250,11 +255,7 @@ class RunRecorder(Callback):
             self._finish_profile(time.perf_counter() - self._window_t0)
 
     def _finish_profile(self, window_s: float) -> None:
-        import tempfile
-
         import torch.distributed as dist
-
-        from .trace import analyze
 
         self._profiler.__exit__(None, None, None)
         iterations = self.profile_steps[1] - self.profile_steps[0]
@@ -309,8 +310,6 @@ def hardware() -> dict:
     emulation whose runs are correctness evidence only, never timings)."""
     import torch
 
-    from .shared_gpu import active
-
     return {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "visible_gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
             "ranks_share_one_gpu": active()}
@@ -342,8 +341,6 @@ def layer_stack(context) -> dict:
     MLP and norm modules and which of them are Transformer Engine's (defined in ``transformer_engine``
     or MCore's TE extension; note MCore builds the final norm with TE whenever TE imports, even on
     the local spec), and the TE version as this process and Megatron-Core see it."""
-    from ..target.probe import te_version_here
-
     model_cfg = context.state.cfg.model
     fields = {name: getattr(model_cfg, name, None) for name in LAYER_FIELDS}
     classes, te_classes = set(), set()
@@ -370,6 +367,4 @@ def layer_stack(context) -> dict:
 
 def run_environment() -> dict[str, str]:
     """The EP-relevant environment variables of this process now (after MB applied ``cfg.env_vars``)."""
-    from ..target.cluster import RELEVANT_ENV_VARS
-
     return {k: os.environ[k] for k in RELEVANT_ENV_VARS if k in os.environ}

@@ -27,7 +27,7 @@ import sys
 import tempfile
 from typing import Callable, Iterator
 
-from ..core.errors import EPOverlapError, UpstreamRefusal, UsageError
+from ..base.errors import EPOverlapError, UpstreamRefusal, UsageError
 from .upstream_warnings import Collector
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..core.dispatcher import DISPATCHERS, canonical_name
-from ..core.errors import UsageError
-from ..spec import RESOLVE_MODES, RunSpec, TargetSpec
-from ..target.gpus import GPU_CATALOG, canonical_gpu
+from ..base.choices import A2A_PRIORITIES, DISPATCHERS, ON_OFF, RESOLVE_MODES, canonical_dispatcher
+from ..base.errors import UsageError
+from ..spec import RunSpec, TargetSpec
+from ..base.gpus import GPU_CATALOG, canonical_gpu
 from .exits import positive_int
 
 # flag -> RunSpec field, for the parallel and batch sizes
@@ -27,7 +27,6 @@ SIZE_FLAGS = {
     "--global-batch-size": "global_batch_size", "--micro-batch-size": "micro_batch_size",
     "--seq-length": "seq_length", "--max-steps": "max_steps",
 }
-ON_OFF = {"on": True, "off": False}
 # RunSpec field -> the flag that sets it, to name the flag when the spec refuses a value
 FIELD_FLAGS = {**{name: flag for flag, name in SIZE_FLAGS.items()}, "delay_wgrad": "--delay-wgrad",
                "high_priority_a2a": "--a2a-priority", "dispatcher": "--dispatcher", "resolve": "--resolve",
@@ -40,10 +39,10 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, recipe_default: str |
     g.add_argument("--recipe", required=recipe_default is None, default=recipe_default,
                    help="registered recipe name (`mbridge-ep-overlap recipes`) or MODULE:FUNCTION")
     g.add_argument("--ep-overlap", choices=ON_OFF, default="on", help="off really turns a recipe's overlap off")
-    g.add_argument("--dispatcher", type=canonical_name, choices=DISPATCHERS, default=None, help="default: the recipe's")
+    g.add_argument("--dispatcher", type=canonical_dispatcher, choices=DISPATCHERS, default=None, help="default: the recipe's")
     g.add_argument("--delay-wgrad", choices=ON_OFF, nargs="?", const="on", default=None,
                    help="delayed weight-gradient compute (needs TE); default: the recipe's")
-    g.add_argument("--a2a-priority", choices=("default", "high"), default=None,
+    g.add_argument("--a2a-priority", choices=A2A_PRIORITIES, default=None,
                    help="CUDA priority of the overlapped schedule's all-to-all stream; default: the recipe's")
     g.add_argument("--resolve", choices=RESOLVE_MODES, default="error",
                    help="auto: apply each refused rule's documented fix and record it")
@@ -87,7 +86,7 @@ def spec_from_args(args: argparse.Namespace, *, this_machine: bool = False, num_
 
 
 def _spec(args: argparse.Namespace, this_machine: bool, num_gpus: int | None) -> RunSpec:
-    priority = None if args.a2a_priority is None else args.a2a_priority == "high"
+    priority = None if args.a2a_priority is None else A2A_PRIORITIES[args.a2a_priority]
     return RunSpec(
         recipe=args.recipe,
         ep_overlap=ON_OFF[args.ep_overlap],
@@ -112,7 +111,7 @@ def to_argv(spec: RunSpec) -> list[str]:
     if spec.delay_wgrad is not None:
         out += ["--delay-wgrad", "on" if spec.delay_wgrad else "off"]
     if spec.high_priority_a2a is not None:
-        out += ["--a2a-priority", "high" if spec.high_priority_a2a else "default"]
+        out += ["--a2a-priority", {v: k for k, v in A2A_PRIORITIES.items()}[bool(spec.high_priority_a2a)]]
     if spec.resolve != "error":
         out += ["--resolve", spec.resolve]
     for flag, name in SIZE_FLAGS.items():

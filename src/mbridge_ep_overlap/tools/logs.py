@@ -37,7 +37,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import UsageError
+from ..base.errors import UsageError
 from ..diagnose.iterations import IterationSeries
 from ..diagnose.sources import TextSource, lines
 from .exits import non_negative_int

@@ -14,7 +14,7 @@ equal). No torch or Megatron import.
 
 from __future__ import annotations
 
-from ..core.errors import UsageError
+from ..base.errors import UsageError
 
 # MB spelling(s) -> our flag, for flags that take the same value
 SAME = {

@@ -30,8 +30,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.errors import EPOverlapError, UpstreamRefusal
-from ..core.values import short
+from ..base.errors import EPOverlapError, UpstreamRefusal
+from ..base.values import short
 from .exits import ReportedRefusal, stdout_to_stderr
 
 _QUIET = ("pass", "n/a")

@@ -21,8 +21,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import UsageError
-from ..core.sizes import INT64_MAX, shown
+from ..base.errors import UsageError
+from ..base.sizes import INT64_MAX, shown
 from .numerics import losses_from_summary
 
 MANIFEST = "variants.json"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import difflib
 
-from ..core.errors import UsageError
+from ..base.errors import UsageError
 
 
 def add_parser(sub) -> None:

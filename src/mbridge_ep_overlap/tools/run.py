@@ -33,7 +33,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..core.errors import UsageError
+from ..base.errors import UsageError
 from .exits import OneLineArgumentParser, crash_stream, release_stderr, run_reporting_errors
 from .flags import add_spec_arguments, parse, spec_from_args
 from .mb_flags import TABLE as MB_TABLE
@@ -110,7 +110,7 @@ def writable_folder(path: str) -> Path:
     return folder
 
 
-def dry_run(args: argparse.Namespace) -> int:
+def _dry_run(args: argparse.Namespace) -> int:
     from ..core import export  # start-up speed: the export module imports Megatron-Bridge
 
     out = writable_folder(args.output_dir)
@@ -125,7 +125,7 @@ def dry_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def writable_file(path: str) -> Path:
+def _writable_file(path: str) -> Path:
     """``path``'s folder created and writable, and ``path`` not a folder - before any work is done."""
     file = Path(path)
     writable_folder(str(file.parent))
@@ -151,7 +151,7 @@ def train(args: argparse.Namespace) -> int:
     # (and, once the evidence starts, into the rank's evidence file as well)
     faulthandler.enable(file=crash_stream(), all_threads=True)
     out = writable_folder(args.output_dir)
-    summary = str(writable_file(args.summary_json)) if args.summary_json else None
+    summary = str(_writable_file(args.summary_json)) if args.summary_json else None
     from ..target import shims
 
     shims.install()
@@ -176,7 +176,7 @@ def env_too_late(env_vars: dict, environ, cuda_initialized: bool) -> dict[str, s
     afterwards changes nothing. Empty when nothing is late, or after a re-execution."""
     if not cuda_initialized or environ.get(REEXEC_MARK):
         return {}
-    from ..core.values import env_value  # start-up speed: the training path only
+    from ..base.values import env_value  # start-up speed: the training path only
 
     return {str(k): env_value(v) for k, v in (env_vars or {}).items() if str(k) not in environ}
 
@@ -225,4 +225,4 @@ def _train(args: argparse.Namespace, out: Path, summary: str | None, counter, st
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    return run_reporting_errors("run_script.py", lambda: dry_run(args) if args.dryrun else train(args), hold_stderr=not args.verbose)
+    return run_reporting_errors("run_script.py", lambda: _dry_run(args) if args.dryrun else train(args), hold_stderr=not args.verbose)

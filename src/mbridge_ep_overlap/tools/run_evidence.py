@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from ..base import run_files
-from ..core.errors import UsageError
+from ..base.errors import UsageError
 from .watchdog import FACTOR, FIRST_S, FLOOR_S
 
 ENV = "EP_OVERLAP_EVIDENCE"

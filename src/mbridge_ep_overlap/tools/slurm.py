@@ -53,7 +53,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import UsageError
+from ..base.errors import UsageError
 from .exits import OneLineArgumentParser, positive_int, run_reporting_errors, stdout_to_stderr
 from .flags import add_spec_arguments, parse, spec_from_args, to_argv
 from . import plan_report
@@ -202,11 +202,11 @@ def render(args: argparse.Namespace, run_argv: list[str], env_vars: dict[str, st
 
 
 def _check_job_size(args: argparse.Namespace) -> None:
-    """``--gpus-per-node`` defaults to what a node of the target GPU kind holds (``target.gpus``) and
+    """``--gpus-per-node`` defaults to what a node of the target GPU kind holds (``base.gpus``) and
     cannot exceed it; ``--num-gpus`` (the run flag), when given, must equal ``--nodes x
     --gpus-per-node`` - the job's size, which the run is built for."""
     from ..spec import resolve_recipe
-    from ..target.gpus import GPU_CATALOG
+    from ..base.gpus import GPU_CATALOG
 
     gpu = args.gpu or resolve_recipe(args.recipe).entry.gpu
     kind = GPU_CATALOG.get(str(gpu).lower()) if gpu else None

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 import re
 
-from ..core.errors import UsageError
-from ..core.values import env_value
+from ..base.errors import UsageError
+from ..base.values import env_value
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SBATCH_UNSAFE = set(" \t\n\r\0\v\f'\"\\")

@@ -42,7 +42,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import UsageError
+from ..base.errors import UsageError
 from .exits import ReportedRefusal
 from .slurm_values import format_minutes
 

@@ -39,9 +39,10 @@ import types
 from pathlib import Path
 
 from ..base import run_files
+from ..base.choices import DEEP_EP_BACKENDS, MEASURED_DISPATCHERS
 from . import run_evidence
 
-BACKENDS = ("alltoall", "deepep", "hybridep")
+BACKENDS = MEASURED_DISPATCHERS
 SELFTESTS = ("selftest-ok", "selftest-segv", "selftest-hang", "selftest-wrong", "selftest-error")
 EXIT_WRONG, EXIT_ERROR, EXIT_MISSING = 3, 4, 5
 
@@ -317,7 +318,7 @@ def start_evidence(run_dir: Path, backend: str) -> None:
     rank = int(os.environ.get("RANK", "0"))
     run_evidence.install_flight_recorder(run_dir, torch.__version__)
     run_evidence.enable_faulthandler(run_files.faulthandler_file(run_dir, rank), sys.stderr)
-    flex = backend if backend in ("deepep", "hybridep") else None
+    flex = backend if backend in DEEP_EP_BACKENDS else None
     described = types.SimpleNamespace(model=types.SimpleNamespace(
         moe_token_dispatcher_type="flex" if flex else backend, moe_flex_dispatcher_backend=flex))
     run_evidence.write_facts(run_dir, rank, run_evidence.facts(described))

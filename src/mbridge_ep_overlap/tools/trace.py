@@ -26,7 +26,7 @@ Where the step went (every value per iteration, seconds):
   ``comm_only`` (other collectives with neither compute nor all-to-all beside them) and ``idle``.
 * ``phases``: the same cut inside and outside the *overlapped span* of each iteration - from its
   first to its last overlapped pair (an all-to-all kernel running beside a compute kernel for at
-  least ``MIN_PAIR_US``). Outside the span lie the first forward (nothing to pair it with yet), the
+  least ``_MIN_PAIR_US``). Outside the span lie the first forward (nothing to pair it with yet), the
   last backward, the DP gradient reduction and the optimizer step. These are found from kernel
   timestamps alone: iterations are told apart by the optimizer's kernels (multi-tensor / Adam
   kernels, ``OPTIMIZER``) when they are recognized, else by the largest gaps between overlapped
@@ -60,10 +60,10 @@ _FLEX_A2A = re.compile(
 # The optimizer step's kernels (still compute): torch's foreach / fused Adam(W), apex / TE
 # multi-tensor kernels (grad-norm, clipping, Adam). They mark the step boundary.
 OPTIMIZER = re.compile(r"multi_tensor_apply|adam|multi_tensor_l2norm|multi_tensor_scale", re.IGNORECASE)
-MIN_PAIR_US = 20.0
+_MIN_PAIR_US = 20.0
 """An overlapped pair: all-to-all beside compute for at least this long (shorter coincidences of a
 small kernel with an all-to-all are not the schedule's pairing)."""
-MIN_HIDDEN_SHARE = 0.02
+_MIN_HIDDEN_SHARE = 0.02
 """Below this hidden fraction nothing was overlapped (overlap off shows ~1e-5 of chance coincidence)."""
 
 
@@ -108,7 +108,7 @@ def intersection(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]
     return out
 
 
-def complement(intervals: Sequence[Interval], lo: float, hi: float) -> list[Interval]:
+def _complement(intervals: Sequence[Interval], lo: float, hi: float) -> list[Interval]:
     """[lo, hi] minus a union (sorted, disjoint)."""
     out, cur = [], lo
     for a, b in intervals:
@@ -203,12 +203,12 @@ def _iteration_groups(pairs: list[Interval], optimizer: list[Interval], n: int) 
 def _phases(cls: _Classes, optimizer: list[Interval], extent: Interval, n: int, unlocated: float,
             scale: float) -> dict | None:
     a2a_len = length(cls.a2a)
-    pairs = [p for p in cls.both if p[1] - p[0] >= MIN_PAIR_US]
-    if not a2a_len or not pairs or length(cls.both) < MIN_HIDDEN_SHARE * a2a_len:
+    pairs = [p for p in cls.both if p[1] - p[0] >= _MIN_PAIR_US]
+    if not a2a_len or not pairs or length(cls.both) < _MIN_HIDDEN_SHARE * a2a_len:
         return None
     groups, how = _iteration_groups(pairs, optimizer, n)
     spans = [(g[0][0], g[-1][1]) for g in groups]
-    outside = complement(spans, *extent)
+    outside = _complement(spans, *extent)
     inside_parts, outside_parts = cls.parts(spans), cls.parts(outside)
     outside_parts["idle"] += unlocated
     per = scale / max(n, 1)

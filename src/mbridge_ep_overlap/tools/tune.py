@@ -57,13 +57,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core.errors import UsageError
-from ..core.sizes import INT64_MAX
+from ..base.choices import DEEP_EP_BACKENDS, MEASURED_DISPATCHERS
+from ..base.errors import UsageError
+from ..base.sizes import INT64_MAX
 from . import bench, results
 from .exits import release_stderr
 from .bench import Variant
 from .results import Shown, VariantResult, short_value
 from .numerics import compare_losses
+from .tables import num, pct, write_json
 
 # ---- Megatron-Core's per-process-group NCCL options ---------------------------------------------
 # megatron/core/parallel_state.py (0.19.2): initialize_model_parallel(nccl_communicator_config_path)
@@ -80,9 +82,9 @@ NCCL_PG_NAMES = (
 )
 NCCL_OPTIONS = {"max_ctas": int, "min_ctas": int, "cga_cluster_size": int, "net_name": str,
                 "is_high_priority_stream": bool}
-NCCL_CONFIG_OVERRIDE = "dist.nccl_communicator_config_path"
+_NCCL_CONFIG_OVERRIDE = "dist.nccl_communicator_config_path"
 # RunSpec fields a knob may change, as the override a recipe applies (tuned.overrides)
-SPEC_AS_OVERRIDE = {"micro_batch_size": "train.micro_batch_size", "global_batch_size": "train.global_batch_size"}
+_SPEC_AS_OVERRIDE = {"micro_batch_size": "train.micro_batch_size", "global_batch_size": "train.global_batch_size"}
 
 
 def check_nccl_config(cfg: dict) -> dict[str, dict[str, Any]]:
@@ -189,7 +191,7 @@ class Candidate:
         items: dict[str, str] = {}
         for c in self.changes:
             for name, value in c.spec.items():
-                items[SPEC_AS_OVERRIDE[name]] = str(value)
+                items[_SPEC_AS_OVERRIDE[name]] = str(value)
             for o in c.overrides:
                 key, _, value = o.partition("=")
                 items[key] = value
@@ -198,7 +200,7 @@ class Candidate:
         if self.nccl():
             if nccl_path is None:
                 raise ValueError("a candidate with NCCL options needs the path of its YAML file")
-            items[NCCL_CONFIG_OVERRIDE] = str(Path(nccl_path).resolve())
+            items[_NCCL_CONFIG_OVERRIDE] = str(Path(nccl_path).resolve())
         return [f"{k}={v}" for k, v in items.items()]
 
     def variant(self, dispatcher: str, nccl_dir: Path) -> Variant:
@@ -209,7 +211,7 @@ class Candidate:
             path = nccl_dir / f"{bench.run_name('nccl', self.name)}.yaml"
             path.write_text(nccl_yaml(self.nccl()))
         # spec changes go in as RunSpec fields (typed, flags at launch); overrides carry the rest
-        spec_keys = {SPEC_AS_OVERRIDE[k] for k in self.spec_changes()}
+        spec_keys = {_SPEC_AS_OVERRIDE[k] for k in self.spec_changes()}
         overrides = tuple(o for o in self.overrides(path) if o.partition("=")[0] not in spec_keys)
         # the default-priority stream as the starting point (the historical baseline); the a2a_priority
         # knob turns it high with an override, applied after enable_ep_overlap
@@ -250,7 +252,7 @@ def _nccl_ep(ctx: Context) -> list[Change] | str:
 
 
 def _flex_sms(ctx: Context) -> list[Change] | str:
-    if ctx.dispatcher not in ("deepep", "hybridep"):
+    if ctx.dispatcher not in DEEP_EP_BACKENDS:
         return "only for the flex dispatchers (deepep, hybridep)"
     return [Change("flex_num_sms", f"flex_sms={n}", overrides=(f"model.moe_flex_dispatcher_num_sms={n}",),
                    why=f"{n} SMs for DeepEP/HybridEP dispatch and combine") for n in (16, 32)]
@@ -328,7 +330,7 @@ def evidence(off: VariantResult | None, overlap: VariantResult | None) -> dict:
     }
 
 
-def addressable_s(knob: str, ev: dict) -> float:
+def _addressable_s(knob: str, ev: dict) -> float:
     """What a knob can act on, in seconds per step, by the trace (the ordering heuristic)."""
     def g(name: str) -> float:
         return ev.get(name) or 0.0
@@ -349,7 +351,7 @@ def order_knobs(names: list[str], ev: dict) -> list[str]:
     default = {n: i for i, n in enumerate(KNOBS)}
     last = [n for n in names if n == "early_attn_release"]
     rest = sorted((n for n in names if n != "early_attn_release"),
-                  key=lambda n: (-addressable_s(n, ev), default.get(n, len(default))))
+                  key=lambda n: (-_addressable_s(n, ev), default.get(n, len(default))))
     return rest + last
 
 
@@ -412,7 +414,7 @@ def _save_state(out: Path, request: dict, trials: list[Trial]) -> None:
              "trials": [{"name": t.name, "labels": t.labels, "knob": t.knob, "status": t.status,
                          "result": t.result.__dict__} for t in trials]}
     (out / "tune.json").write_text(json.dumps(state, indent=2, default=str))
-    bench._write_json([t.result for t in trials], out)
+    write_json([t.result for t in trials], out)
 
 
 def judge(trial: Trial, off: Trial | None, mem_limit_gib: float | None) -> str:
@@ -434,7 +436,7 @@ def judge(trial: Trial, off: Trial | None, mem_limit_gib: float | None) -> str:
     return "ok"
 
 
-def estimate_run_s(durations: list[float]) -> float | None:
+def _estimate_run_s(durations: list[float]) -> float | None:
     """The next run's wall time: the mean of the runs so far plus 10%, at least the last one."""
     if not durations:
         return None
@@ -450,8 +452,8 @@ def tune(recipe: str, nproc: int, shape: str, link: str, out: Path, budget_s: fl
     bench.validate_request(recipe, nproc, ["off", "overlap"], [link], steps, warmup, profile)
     if not isinstance(budget_s, (int, float)) or budget_s <= 0:
         raise UsageError("--budget", budget_s, "seconds > 0", "invalid")
-    if dispatcher not in ("alltoall", "deepep", "hybridep"):
-        raise UsageError("--dispatcher", dispatcher, ("alltoall", "deepep", "hybridep"))
+    if dispatcher not in MEASURED_DISPATCHERS:
+        raise UsageError("--dispatcher", dispatcher, MEASURED_DISPATCHERS)
     for what, value in (("--mem-tolerance", mem_tolerance), ("--min-gain", min_gain)):
         if not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise UsageError(what, value, "a fraction in [0, 1)", "invalid")
@@ -485,7 +487,7 @@ def tune(recipe: str, nproc: int, shape: str, link: str, out: Path, budget_s: fl
         if name in cache:
             trial = Trial(name, labels, cache[name], knob=knob, cached=True)
         else:
-            estimate = estimate_run_s(durations)
+            estimate = _estimate_run_s(durations)
             left = budget_s - (clock() - t0)
             if not mandatory and estimate is not None and estimate > left:
                 return None
@@ -557,7 +559,7 @@ def _line(t: Trial, off: Trial | None) -> str:
     if not r.ok or r.median_s is None:
         return f"{t.name}: {t.status}"
     vs = f", {off.result.median_s / r.median_s:.3f}x vs off" if off and off.result.median_s and t is not off else ""
-    return f"{t.name}: {r.median_s:.3f} s/step{vs}, peak {bench._num(r.peak_gib, '.1f')} GiB - {t.status}" + (" (cached)" if t.cached else "")
+    return f"{t.name}: {r.median_s:.3f} s/step{vs}, peak {num(r.peak_gib, '.1f')} GiB - {t.status}" + (" (cached)" if t.cached else "")
 
 
 def _finish(out: Path, link: str, request: dict, trials: list[Trial], winner: Trial | None, order: list[str],
@@ -587,7 +589,7 @@ def _finish(out: Path, link: str, request: dict, trials: list[Trial], winner: Tr
                 "`bench --tuned tuned.json --variants off,overlap:hiprio,tuned`.", ""]
     doc.append(bench.summary_line(rows))
     (out / "tune.md").write_text("\n".join(doc) + "\n")
-    bench._write_outputs(rows, out, f"{request['recipe']}, {request['nproc']} GPUs, shape {request['shape']}, tune")
+    bench.write_outputs(rows, out, f"{request['recipe']}, {request['nproc']} GPUs, shape {request['shape']}, tune")
     print(text)
     if tuned:
         print("tune: winner: " + tuned["advice"])
@@ -615,11 +617,11 @@ def ranking(trials: list[Trial], winner: Trial | None) -> str:
         e = bench.efficiency(r)
         vs_off = f"{off.result.median_s / r.median_s:.3f}x" if off and off.result.median_s else "-"
         vs_ov = f"{ov.result.median_s / r.median_s:.3f}x" if ov and ov.result.ok and ov.result.median_s else "-"
-        share = "-" if r.share_of_gain is None else f"{r.share_of_gain:.0%} ({bench._pct(r.share_of_gain_off_ideal)})"
+        share = "-" if r.share_of_gain is None else f"{r.share_of_gain:.0%} ({pct(r.share_of_gain_off_ideal)})"
         idle = "-" if r.idle_step_s is None else f"{r.idle_step_s:.3f}"
         hidden = f"{e['hidden_fraction']:.0%}" if e else "-"
         lines.append(f"| {rank} | {t.name}{mark} | {r.median_s:.3f} | {vs_off} | {vs_ov} | {share} | {hidden} | "
-                     f"{idle} | {bench._num(r.peak_gib, '.1f')} | {t.status}{' (cached)' if t.cached else ''} |")
+                     f"{idle} | {num(r.peak_gib, '.1f')} | {t.status}{' (cached)' if t.cached else ''} |")
     return "\n".join(lines)
 
 
@@ -703,7 +705,7 @@ def tune_links(recipe: str, nproc: int, shape: str, links: list[str], out: Path,
 
 
 # ---- applying a tuned result --------------------------------------------------------------------
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def tuned_problems(t: Any) -> list[str]:
@@ -727,7 +729,7 @@ def tuned_problems(t: Any) -> list[str]:
         problems.append(f"env = {short_value(env)}: a mapping of variable name -> value")
     else:
         for name, value in env.items():
-            if not ENV_NAME.fullmatch(name):
+            if not _ENV_NAME.fullmatch(name):
                 problems.append(f"env name {short_value(name)}: letters, digits and _, not starting with a digit")
             if not ((isinstance(value, str) and "\0" not in value)
                     or (isinstance(value, int) and not isinstance(value, bool) and abs(value) <= INT64_MAX)):
@@ -757,7 +759,7 @@ def load_tuned(path: Path) -> dict:
     fixed = []
     for o in t["overrides"]:
         key, _, value = o.partition("=")
-        if key == NCCL_CONFIG_OVERRIDE:
+        if key == _NCCL_CONFIG_OVERRIDE:
             if not Path(value).exists():
                 if not sibling.exists():
                     raise UsageError("tuned file", str(path), f"its NCCL file beside it ({value} and {sibling} are "
@@ -809,3 +811,11 @@ def apply_tuned(cfg: Any, path: Path) -> dict:
 __all__ = ["tune", "tune_links", "Change", "Candidate", "Context", "KNOBS", "order_knobs", "evidence", "nccl_yaml",
            "check_nccl_config", "check_nccl_file", "tuned_problems", "load_tuned", "apply_tuned", "write_tuned",
            "ranking", "NCCL_PG_NAMES"]
+
+
+def load_tuned_variant(path: Path) -> Variant:
+    """The variant ``tuned`` from a ``tuned.json`` written by ``bench --tune`` (``tune.load_tuned``
+    checks the file; ``check_jobs`` judges its settings before anything is launched)."""
+    t = load_tuned(path)
+    changes = {"ep_overlap": True, "dispatcher": t["dispatcher"]} if t["ep_overlap"] else {"ep_overlap": False}
+    return Variant(changes, dict(t["env"]), overrides=tuple(t["overrides"]), source=f"tuned file {path}")

@@ -18,13 +18,14 @@ from typing import Callable
 
 from ...predict.config import CLEAR_MARGIN, MIN_GAIN, clearly_faster, little_gain
 from .. import dispatcher
-from ..errors import Severity
+from ...base.choices import MEASURED_DISPATCHERS
+from ...base.errors import Severity
 from ..facts import Facts
 from .base import Family, When, rule
 
 family = rule.family(Family.ENVIRONMENT)
 
-_MODELLED = ("alltoall", "deepep", "hybridep")
+_MODELLED = MEASURED_DISPATCHERS
 _REQUIRED = (f"overlap predicted >= {MIN_GAIN}x on the target and no dispatcher that can run there predicted "
              f"> {CLEAR_MARGIN:.0%} faster")
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from packaging.version import InvalidVersion, Version
 
-from ..errors import Severity, Violation
+from ...base.errors import Severity, Violation
 from ..facts import Facts, get_path
 
 Fix = Callable[[Facts], list[tuple[str, Any]]]

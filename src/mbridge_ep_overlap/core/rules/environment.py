@@ -3,7 +3,7 @@ of the same family lives in ``advice``)."""
 
 from __future__ import annotations
 
-from ..errors import Severity
+from ...base.errors import Severity
 from ..facts import Facts
 from .base import Family, Upstream, When, rule, te_known, version_at_least
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import dispatcher
-from ..errors import Severity
+from ...base.choices import FLEX_BACKENDS, NAMED_DISPATCHERS
+from ...base.errors import Severity
 from ..facts import Facts
 from .base import Family, Upstream, When, rule, without
 
@@ -35,7 +36,7 @@ def flex_backend_set(f: Facts) -> bool:
 
     Fix: call enable_ep_overlap(cfg, dispatcher='deepep'|'hybridep'|'ncclep'|'alltoall').
     """
-    return f.model("moe_flex_dispatcher_backend") in dispatcher.FLEX_BACKENDS
+    return f.model("moe_flex_dispatcher_backend") in FLEX_BACKENDS
 
 
 @family("flex-backend-gpu", When.FLEX, "model.moe_flex_dispatcher_backend",
@@ -56,7 +57,7 @@ def _recipe_fallback(f: Facts) -> str:
     request = dispatcher.recipe_fell_back(f.cfg.model)
     if request is None:
         return dispatcher.current_dispatcher(f.cfg.model) or str(f.dispatcher)
-    allowed = [d for d in ("alltoall", *dispatcher.FLEX_BACKENDS) if not f.env.has_gpu
+    allowed = [d for d in NAMED_DISPATCHERS if not f.env.has_gpu
                or dispatcher.supports_gpu(d, f.env.gpu_name, f.env.compute_capability[0])]
     return (f"alltoall: the recipe asked for {request.backend}, Megatron-Bridge fell back on {request.gpu_name} "
             f"(the GPU allow-lists there: {', '.join(allowed)})")

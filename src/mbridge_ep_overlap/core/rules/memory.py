@@ -14,7 +14,7 @@ made they are "not checked".
 from __future__ import annotations
 
 from ...predict.memory import MODEL_ERROR, NEAR
-from ..errors import Severity
+from ...base.errors import Severity
 from ..facts import Facts
 from .base import Family, When, rule
 

@@ -3,7 +3,7 @@ into whole microbatches, and the overlapped schedule needs at least two microbat
 
 from __future__ import annotations
 
-from ..errors import Severity
+from ...base.errors import Severity
 from ..facts import Facts
 from .base import Family, Upstream, When, rule
 

@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from ..facts import Facts
-from ..sizes import INT64_MAX, positive_int, shown
+from ...base.sizes import INT64_MAX, positive_int, shown
 from .base import Family, Upstream, When, rule
 
 family = rule.family(Family.VALUES)

@@ -2,7 +2,8 @@
 
 Contract: ``jsonable`` turns any config value into something ``json.dumps`` accepts (containers
 recursively, other objects as their ``repr``); ``short`` renders a value for a one-line table cell;
-``env_value`` renders a ``cfg.env_vars`` value the way a shell export needs it (booleans as 1/0).
+``env_value`` renders a ``cfg.env_vars`` value the way a shell export needs it (booleans as 1/0);
+``get_path`` / ``set_path`` read and write a dotted config path (``env_vars.NAME`` indexes the dict).
 Nothing here imports torch or Megatron.
 """
 
@@ -38,3 +39,24 @@ def env_value(value: Any) -> str:
     if isinstance(value, int) and abs(value).bit_length() > 64:  # no variable takes it; str() may refuse
         return f"<a {abs(value).bit_length()}-bit integer>"
     return str(value)
+
+
+def get_path(obj: Any, path: str, default: Any = None) -> Any:
+    """``get_path(cfg, "model.recompute_method")``; ``env_vars.NAME`` indexes the dict."""
+    for part in path.split("."):
+        if obj is None:
+            return default
+        if isinstance(obj, dict):
+            obj = obj.get(part, default)
+        else:
+            obj = getattr(obj, part, default)
+    return obj
+
+
+def set_path(obj: Any, path: str, value: Any) -> None:
+    head, _, last = path.rpartition(".")
+    parent = get_path(obj, head) if head else obj
+    if isinstance(parent, dict):
+        parent[last] = value
+    else:
+        setattr(parent, last, value)
