@@ -58,6 +58,9 @@ from .exits import OneLineArgumentParser, positive_int, run_reporting_errors, st
 from .flags import add_spec_arguments, parse, spec_from_args, to_argv
 from . import plan_report
 from .launch import launch_environment
+from . import slurm_variants
+from .slurm_script import (ENV_COMMENT, RENDEZVOUS, JobFiles, export_lines, header, job_name,  # noqa: F401 - the
+                           launch_line, job_prediction, plan_json, render)  # job script's parts, re-exported
 from .slurm_values import format_minutes, job_environment, sbatch_value, time_limit_minutes
 
 SBATCH_TIMEOUT_S = 60
@@ -88,117 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dryrun", action="store_true", help="print the job script (and write its files), submit nothing")
     s.add_argument("--yes", action="store_true", help="submit without asking (scripts)")
     return p
-
-
-@dataclass(frozen=True)
-class JobFiles:
-    """Where a job's files go: everything in the log folder, named after the job."""
-
-    log_dir: Path
-    job: str
-
-    def path(self, suffix: str) -> Path:
-        return self.log_dir / f"{self.job}{suffix}"
-
-    @property
-    def config(self) -> Path:
-        return self.path(".config.yaml")
-
-    @property
-    def baseline_config(self) -> Path:
-        return self.path(".baseline.yaml")
-
-    @property
-    def plan(self) -> Path:
-        return self.path(".plan.json")
-
-    @property
-    def script(self) -> Path:
-        return self.path(".sbatch")
-
-    @property
-    def baseline_script(self) -> Path:
-        return self.path(".baseline.sbatch")
-
-    def rollback(self) -> str:
-        return f"sbatch {shlex.quote(str(self.baseline_script))}"
-
-
-def job_name(args: argparse.Namespace) -> str:
-    return args.job_name or f"ep-overlap-{args.recipe.replace(':', '.')}"
-
-
-def header(args: argparse.Namespace, job: str, log_dir: Path, *, output: str = "%x-%j.out",
-           extra: tuple[str, ...] = ()) -> list[str]:
-    """The ``#!`` line and the ``#SBATCH`` lines of a job (``extra``: more of them, e.g. ``--array``)."""
-    lines = [
-        "#!/bin/bash",
-        f"#SBATCH --job-name={sbatch_value('--job-name', job)}",
-        f"#SBATCH --nodes={args.nodes}",
-        "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --gpus-per-node={args.gpus_per_node}",
-        "#SBATCH --exclusive",
-        f"#SBATCH --time={sbatch_value('--time', args.time)}",
-        f"#SBATCH --output={sbatch_value('--log-dir', str(log_dir))}/{output}",
-        *extra,
-    ]
-    if args.partition is not None:
-        lines.append(f"#SBATCH --partition={sbatch_value('--partition', args.partition)}")
-    if args.account is not None:
-        lines.append(f"#SBATCH --account={sbatch_value('--account', args.account)}")
-    return lines
-
-
-def export_lines(env_vars: dict[str, str], overridden: dict[str, str], indent: str = "") -> list[str]:
-    """The plan's and the recipe's variables, exported (and what the multicast-off ones replaced)."""
-    q = shlex.quote
-    lines = [f"{indent}# the recipe asked {name}={q(value)}; NVLink multicast stays off (--nvlink-multicast on keeps it)"
-             for name, value in sorted(overridden.items())]
-    return lines + [f"{indent}export {name}={q(value)}" for name, value in sorted(env_vars.items())]
-
-
-ENV_COMMENT = [
-    "# Environment required by the EP-overlap plan and the recipe (cfg.env_vars), exported",
-    "# before any process starts: CUDA reads CUDA_DEVICE_MAX_CONNECTIONS at initialisation.",
-]
-RENDEZVOUS = [
-    'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-    "export MASTER_PORT=${MASTER_PORT:-29500}",
-]
-
-
-def launch_line(args: argparse.Namespace, run_args: list[str], torchrun_extra: tuple[str, ...] = ()) -> str:
-    """``srun`` -> ``torchrun`` (c10d rendezvous) -> ``scripts/run_script.py RUN_ARGS`` (``run_args``
-    already shell words)."""
-    q = shlex.quote
-    srun = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
-    if args.container_image:
-        srun.append(q(f"--container-image={args.container_image}"))
-    if args.container_mounts:
-        srun.append(q(f"--container-mounts={args.container_mounts}"))
-    torchrun = [
-        "torchrun", "--nnodes", "$SLURM_NNODES", "--nproc_per_node", str(args.gpus_per_node),
-        "--rdzv_id", "$SLURM_JOB_ID", "--rdzv_backend", "c10d", "--rdzv_endpoint", "$MASTER_ADDR:$MASTER_PORT",
-        *torchrun_extra, "scripts/run_script.py", *run_args,
-    ]
-    return " \\\n  ".join([" ".join(srun), " ".join(torchrun)])
-
-
-def render(args: argparse.Namespace, run_argv: list[str], env_vars: dict[str, str], overridden: dict[str, str],
-           files: JobFiles, *, baseline: bool = False) -> str:
-    q = shlex.quote
-    lines = header(args, files.job + ("-baseline" if baseline else ""), files.log_dir)
-    config = files.baseline_config if baseline else files.config
-    lines += ["set -euo pipefail", f"echo {q(f'config (finalized, plain Megatron-Bridge YAML): {config}')}"]
-    if baseline:
-        lines.append(f"echo {q(f'this is the EP-overlap-off baseline of {files.script}')}")
-    else:
-        lines += [f"echo {q(f'baseline config (EP overlap off): {files.baseline_config}')}",
-                  f"echo {q(f'plan: {files.plan}')}",
-                  f"echo {q(f'rollback (EP overlap off): {files.rollback()}')}"]
-    lines += [f"cd {q(args.workdir)}", "", *ENV_COMMENT, *export_lines(env_vars, overridden), "", *RENDEZVOUS, ""]
-    lines.append(launch_line(args, [q(a) for a in run_argv]))
-    return "\n".join(lines) + "\n"
 
 
 def _check_job_size(args: argparse.Namespace) -> None:
@@ -245,31 +137,6 @@ def _build_side(spec, args: argparse.Namespace) -> _Side:
 
     built = build(spec)
     return _side(spec, built, finalize(built).summary, args)  # MB's own finalize for the job's cluster
-
-
-def _prediction(built) -> dict:
-    from ..predict.config import CannotPredict, for_config
-
-    try:
-        return for_config(built.cfg, built.target).to_dict()
-    except CannotPredict as e:
-        return {"error": e.reason}
-
-
-def _plan_json(args: argparse.Namespace, run: _Side, minutes: int | None, prediction: dict) -> dict:
-    import dataclasses
-
-    cfg = run.built.cfg
-    return {
-        "recipe": run.spec.recipe,
-        "spec": dataclasses.asdict(run.spec),
-        "plan": run.built.plan.to_dict() if run.built.plan else None,
-        "finalized": run.finalized,
-        "prediction": prediction,
-        "job": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "time": args.time,
-                "time_limit_minutes": minutes, "partition": args.partition, "account": args.account,
-                "train_iters": getattr(cfg.train, "train_iters", None)},
-    }
 
 
 def cost_lines(args: argparse.Namespace, minutes: int | None, steps: int | None, prediction: dict) -> list[str]:
@@ -336,7 +203,7 @@ def _write(files: JobFiles, args: argparse.Namespace, run: _Side, base: _Side, m
     files.log_dir.mkdir(parents=True, exist_ok=True)
     export.write_yaml(run.built.cfg, files.config)
     export.write_yaml(base.built.cfg, files.baseline_config)
-    files.plan.write_text(json.dumps(strict_json(_plan_json(args, run, minutes, prediction)), indent=2,
+    files.plan.write_text(json.dumps(strict_json(plan_json(args, run, minutes, prediction)), indent=2,
                                      allow_nan=False, default=str) + "\n")
     files.baseline_script.write_text(render(args, to_argv(base.spec), base.env_vars, base.overridden, files,
                                             baseline=True))
@@ -347,9 +214,7 @@ def _emit(args: argparse.Namespace) -> int:
     _check_job_size(args)
     names = None
     if args.variants is not None:  # before the 10-s build: bad variants or flags a variant sets
-        from .slurm_variants import variant_names
-
-        names = variant_names(args)
+        names = slurm_variants.variant_names(args)
     for flag in ("--job-name", "--log-dir", "--partition", "--account"):  # before the 10-s build
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is not None:
@@ -370,7 +235,7 @@ def _emit(args: argparse.Namespace) -> int:
     run = _side(spec, outcome.built, outcome.data["finalized"], args)
     with stdout_to_stderr():
         base = _build_side(spec.replace(ep_overlap=False), args) if spec.ep_overlap else run
-        prediction = _prediction(run.built)
+        prediction = job_prediction(run.built)
         script = plan_report.into_script(_write(files, args, run, base, minutes, prediction), outcome)
     written = f"configs, plan and baseline job in {files.log_dir}; rollback: {files.rollback()}"
     steps = getattr(run.built.cfg.train, "train_iters", None)
@@ -380,8 +245,6 @@ def _emit(args: argparse.Namespace) -> int:
 def _emit_array(args: argparse.Namespace, spec, names: list[str], files: JobFiles, minutes: int | None,
                 test) -> int:
     """``--variants``: one job array, task i runs variant i (``slurm_variants``)."""
-    from . import slurm_variants
-
     tasks = slurm_variants.plan_tasks(spec, names)  # every variant judged first; a refused one refuses all
     for t in tasks:
         t.side = _side(t.spec, t.outcome.built, t.outcome.data["finalized"], args)

@@ -43,7 +43,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.errors import UsageError
-from .exits import ReportedRefusal
+from ..spec import resolve_recipe
+from . import plan_report
+from ..core import export
+from .bench import _VARIANT_SYNTAX, parse_variants, run_name, variant_spec
+from .plan_command import strict_json
+from .exits import ReportedRefusal, stdout_to_stderr
+from .flags import to_argv
+from .slurm_script import ENV_COMMENT, RENDEZVOUS, JobFiles, export_lines, header, launch_line, job_prediction, plan_json
 from .slurm_values import format_minutes
 
 from .results import LINK, MANIFEST, MANIFEST_SCHEMA  # noqa: F401 - the run folder's names, owned by its reader
@@ -66,16 +73,12 @@ class Task:
 
     @property
     def folder_name(self) -> str:
-        from .bench import run_name
-
         return run_name(LINK, self.variant)
 
 
 def variant_names(args: argparse.Namespace) -> list[str]:
     """``--variants`` as bench reads it, ``off`` first when missing; a run flag a variant sets is
     bad usage (the variant would silently replace it)."""
-    from .bench import _VARIANT_SYNTAX, parse_variants
-
     given = [(flag, getattr(args, dest)) for dest, flag, default in _SET_BY_VARIANT if getattr(args, dest) != default]
     if given:
         dest = {flag: d for d, flag, _ in _SET_BY_VARIANT}
@@ -92,9 +95,6 @@ def slug(variant: str) -> str:
 
 def plan_tasks(base, names: list[str]) -> list[Task]:
     """Each variant judged as ``plan`` judges it; every refusal printed, then exit 1 (nothing written)."""
-    from . import plan_report
-    from .bench import variant_spec
-    from .exits import stdout_to_stderr
 
     tasks = [Task(i, name, variant_spec(base, name)) for i, name in enumerate(names)]
     for t in tasks:
@@ -111,9 +111,6 @@ def plan_tasks(base, names: list[str]) -> list[Task]:
 
 def render_array(args: argparse.Namespace, job: str, log_dir: Path, tasks: list[Task]) -> str:
     """The array job script (module docstring)."""
-    from .flags import to_argv
-    from .slurm import ENV_COMMENT, RENDEZVOUS, export_lines, header, launch_line
-
     q = shlex.quote
     lines = header(args, job, log_dir, output="%x-%A_%a.out", extra=(f"#SBATCH --array=0-{len(tasks) - 1}",))
     lines += ["set -euo pipefail", f"cd {q(args.workdir)}", "",
@@ -148,8 +145,6 @@ def rollback(script: Path) -> str:
 
 def manifest(args: argparse.Namespace, job: str, tasks: list[Task]) -> dict:
     """``variants.json``: the job, the cluster it runs on and each task's variant and folder."""
-    from ..spec import resolve_recipe
-
     steps = getattr(tasks[0].side.built.cfg.train, "train_iters", None)
     gpu = args.gpu or resolve_recipe(args.recipe).entry.gpu
     return {"schema": MANIFEST_SCHEMA, "job": job, "recipe": args.recipe,
@@ -189,17 +184,13 @@ def cost_lines(args: argparse.Namespace, minutes: int | None, tasks: list[Task],
 
 def write(args: argparse.Namespace, job: str, log_dir: Path, tasks: list[Task], minutes: int | None) -> tuple[str, dict]:
     """Every variant's config and plan and the manifest; returns the array script and the predictions."""
-    from ..core import export
-    from .plan_command import strict_json
-    from .slurm import JobFiles, _plan_json, _prediction
-
     log_dir.mkdir(parents=True, exist_ok=True)
     predictions = {}
     for t in tasks:
-        prediction = predictions[t.variant] = _prediction(t.side.built)
+        prediction = predictions[t.variant] = job_prediction(t.side.built)
         files = JobFiles(log_dir, f"{job}.{slug(t.variant)}")
         export.write_yaml(t.side.built.cfg, files.config)
-        plan = {**_plan_json(args, t.side, minutes, prediction), "variant": t.variant, "array_task": t.index,
+        plan = {**plan_json(args, t.side, minutes, prediction), "variant": t.variant, "array_task": t.index,
                 "baseline_config": str(log_dir / f"{job}.off.config.yaml")}
         files.plan.write_text(json.dumps(strict_json(plan), indent=2, allow_nan=False, default=str) + "\n")
     (log_dir / MANIFEST).write_text(json.dumps(manifest(args, job, tasks), indent=2) + "\n")
