@@ -22,7 +22,7 @@ Contract
   recipe set its dispatcher itself afterwards, so the record is the request in force for the config
   the recipe returns. ``recipe_fell_back`` is that fallback
   while the config still holds it (rule ``recipe-flex-fallback`` refuses it); a request MB applied
-  makes the recipe's dispatcher "kept: the recipe's" (``decide``).
+  makes the recipe's dispatcher "the recipe's" (``decide``; ``Decision.source`` says who chose it).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .errors import UsageError
+from .provenance import Source
 
 DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep", "auto")
 FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
@@ -135,6 +136,7 @@ class Decision:
     dispatcher: str  # 'alltoall' or a flex backend
     reason: str
     fallbacks: list[str] = field(default_factory=list)  # why a requested backend was replaced (resolve='auto')
+    source: Source = Source.REQUESTED  # who chose it (the plan's provenance word)
 
 
 def current_dispatcher(model) -> str | None:
@@ -200,15 +202,16 @@ def decide(requested: str | None, model, target, resolve: str, keep_current: boo
     if requested is None:
         asked = recipe_request(model)
         kept = current_dispatcher(model) if keep_current or (asked is not None and asked.applied) else None
-        decision = Decision(kept, "kept: the recipe's") if kept else Decision("alltoall", "default")
+        decision = (Decision(kept, "", source=Source.RECIPE) if kept
+                    else Decision("alltoall", "", source=Source.DEFAULT))
     else:
         validate_name(requested)
-        decision = _auto(target, ep, model) if requested == "auto" else Decision(requested, "requested")
+        decision = _auto(target, ep, model) if requested == "auto" else Decision(requested, "")
     if resolve == "auto" and decision.dispatcher != "alltoall":
         why = [p for p in problems(decision.dispatcher, target) if "allow-list" not in p]
         if why:  # the allow-list fallback is MB's own, seen by `apply`
-            return Decision("alltoall", f"resolve='auto': {decision.dispatcher} cannot run on the target",
-                            [f"{decision.dispatcher} -> alltoall: {w}" for w in why])
+            return Decision("alltoall", f"{decision.dispatcher} cannot run on the target",
+                            [f"{decision.dispatcher} -> alltoall: {w}" for w in why], source=Source.RESOLVE)
     return decision
 
 

@@ -8,7 +8,7 @@ The report, in this order:
 
 1. **the verdict**, one line: ``<recipe> on <target>: ACCEPTED with EP overlap on|off`` or ``REFUSED``,
    what overlap does on this target - which dispatcher's all-to-all it hides behind how many
-   microbatches, or that it **overlaps nothing** (one microbatch per rank per step) - and the predicted
+   microbatches, or, first, that it has **nothing to pair** (one microbatch per rank per step) - and the predicted
    step time with overlap off and on when a prediction was asked for and made;
 2. what changed and why: each field ``old -> new`` with the plan's reason (its provenance words are the
    plan's, never recomputed here), the environment variables, the dispatcher, delayed wgrad, stream,
@@ -105,9 +105,9 @@ def verdict(built, finalized: dict[str, Any], prediction: dict[str, Any] | None)
     what = f"ACCEPTED with EP overlap on ({built.plan.dispatcher})"
     if isinstance(micro, int) and micro < 2:
         gbs, mbs, dp = (finalized.get(k) for k in ("global_batch_size", "micro_batch_size", "data_parallel_size"))
-        what += (f", but it overlaps nothing here: {micro} microbatch per rank per step (global_batch_size {gbs} / "
-                 f"(micro_batch_size {mbs} x data-parallel size {dp})); overlap needs at least 2 - raise "
-                 f"global_batch_size to {2 * (mbs or 1) * (dp or 1)} or more")
+        what += (f" - but {micro} microbatch per rank: overlap has nothing to pair (global_batch_size {gbs} / "
+                 f"(micro_batch_size {mbs} x data-parallel size {dp})); raise global_batch_size to "
+                 f"{2 * (mbs or 1) * (dp or 1)} or more (--resolve auto does)")
     elif isinstance(micro, int):
         what += f": the {built.plan.dispatcher} dispatch and combine hidden behind expert compute of {micro} microbatches"
     if prediction and "error" not in prediction:
