@@ -359,7 +359,7 @@ class Session:
             for violation in fixable:
                 rule = RULES_BY_ID[violation.rule_id]
                 for path, value in (rule.auto_fix(facts) if rule.auto_fix else []):
-                    applied |= self.edit.set(path, value, f"{rule.id}: {rule.message} (found {short(violation.current)})",
+                    applied |= self.edit.set(path, value, f"{rule.id}: {rule.message} (found {short(violation.current, 240)})",
                                              Source.RESOLVE)
             if not applied:
                 return report

@@ -75,15 +75,15 @@ def layout_for(num_layers: int, mtp: int, pp: int, vpp: int) -> tuple[str | None
 
     stages = pp * vpp
     units = num_layers + mtp + 2  # embedding and loss count one layer each
-    if units < 2 * stages:
-        return None, f"{stages} stages for {num_layers} layers (+ embedding, loss{', MTP' if mtp else ''})"
+    if units < stages:
+        return None, "fewer layers than stages (embedding and loss counted as one each)"
     base, extra = divmod(units, stages)
     quota = [base + (1 if 0 < i <= extra else 0) for i in range(stages)]
     if extra == stages - 1 or extra >= stages:  # the remainder reaches the last stage: keep it light
         quota = [base + (1 if i < extra else 0) for i in range(stages)]
     decoders = [quota[0] - 1, *quota[1:-1], quota[-1] - 1 - mtp]
     if min(decoders) < 0 or sum(decoders) != num_layers:
-        return None, f"{stages} stages cannot hold the embedding, {mtp} MTP layer(s) and the loss at the ends"
+        return None, f"the end stages cannot hold the embedding, {mtp} MTP layer(s) and the loss"
     text = _compress([_stage("E", decoders[0], ""), *(_stage("", d, "") for d in decoders[1:-1]),
                       _stage("", decoders[-1], "m" * mtp + "L")])
     try:
@@ -103,15 +103,15 @@ def _divides(model: Any, pp: int, vpp: int) -> str:
         middle_ranks = pp - len(ends)
         middle = layers - sum(ends)
         if any(n % vpp for n in ends):
-            return f"first/last stage layers {ends} not divisible by {vpp}"
+            return f"first/last stage layers {ends} not divisible by VPP"
         if middle_ranks and (middle % middle_ranks or (middle // middle_ranks) % vpp):
-            return f"{middle} middle layers over {middle_ranks} ranks not divisible by {vpp} per rank"
+            return f"{middle} middle layers over {middle_ranks} ranks not divisible by VPP per rank"
         return ""
     accounted = int(bool(_get(model, "account_for_embedding_in_pipeline_split"))) + \
         int(bool(_get(model, "account_for_loss_in_pipeline_split")))
     total = layers + accounted
     if total % (pp * vpp):
-        return f"{total} layers{' (with embedding/loss)' if accounted else ''} % (PP {pp} x {vpp}) = {total % (pp * vpp)}"
+        return f"{total} layers{' (embedding/loss counted)' if accounted else ''} not divisible by PP {pp} x VPP"
     return ""
 
 
@@ -126,7 +126,7 @@ def choose(model: Any) -> Split:
         return Split(words="no pipeline to interleave" if pp <= 1 else "num_layers unknown")
     mtp = _get(model, "mtp_num_layers") or 0
     layout = _get(model, "pipeline_model_parallel_layout")
-    tried: list[str] = []
+    tried: list[tuple[str, int, str]] = []
     if layout is not None:
         letters = _layers(layout)
         if letters is None:
@@ -138,18 +138,26 @@ def choose(model: Any) -> Split:
             if not why:
                 return Split([("model.virtual_pipeline_model_parallel_size", vpp)],
                              f"VPP {vpp}: the recipe's pipeline split divides evenly")
-            tried.append(f"VPP {vpp}: {why}")
+            tried.append(("VPP", vpp, why))
     for vpp in range(2, MAX_VPP + 1):
         text, why = layout_for(layers, mtp, pp, vpp)
         if text is not None:
             cleared = [(f"model.{name}", value) for name, value in _SPLIT_SETTINGS if _get(model, name) != value]
             return Split([*cleared, ("model.pipeline_model_parallel_layout", text),
                           ("model.virtual_pipeline_model_parallel_size", vpp)],
-                         f"VPP {vpp} with layout {text}" + (f" (the recipe's split has none: {'; '.join(tried)})"
+                         f"VPP {vpp} with layout {text}" + (f" (the recipe's split has none: {_tried(tried)})"
                                                            if tried else ""))
-        tried.append(f"layout of VPP {vpp}: {why}")
-    return Split(words=f"no virtual pipeline for PP {pp} and {layers} layers: " + "; ".join(tried)
-                 + "; lower pipeline_model_parallel_size or turn overlap off")
+        tried.append(("a layout of VPP", vpp, why))
+    return Split(words=f"no virtual pipeline for PP {pp} and {layers} layers: {_tried(tried)}; "
+                 "lower pipeline_model_parallel_size or turn overlap off")
+
+
+def _tried(tried: list[tuple[str, int, str]]) -> str:
+    """``VPP 2-8: why; a layout of VPP 2-8: why``: the candidates tried, equal reasons grouped."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for kind, vpp, why in tried:
+        groups.setdefault((kind, why), []).append(vpp)
+    return "; ".join(f"{kind} {v[0] if len(v) == 1 else f'{v[0]}-{v[-1]}'}: {why}" for (kind, why), v in groups.items())
 
 
 def implied_vpp(model: Any) -> int | None:
