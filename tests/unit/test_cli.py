@@ -33,7 +33,7 @@ def test_plan_refusal_exits_1_and_lists_violations(capsys):
 
 def test_plan_resolve_auto_fixes(capsys):
     assert main(["plan", "--set", "model.mtp_num_layers=2", "--resolve", "auto"]) == 0
-    assert "resolve='auto': mtp-layers" in capsys.readouterr().out
+    assert "set by resolve: mtp-layers" in capsys.readouterr().out
 
 
 def test_plan_for_another_gpu(capsys):

@@ -324,7 +324,11 @@ class Session:
         names = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_shared_expert_overlap")
         before = {n: getattr(model, n) for n in names}
         applied = dispatchers.apply(model, backend, self.target)
-        self.edit.record_model_diff(before, f"apply_flex_dispatcher_backend(model, {backend!r}){why}", decision.source)
+        fell_back_accepted = not applied and self.options.resolve == "auto"
+        self.edit.record_model_diff(
+            before, f"apply_flex_dispatcher_backend(model, {backend!r}){why}"
+            + (f": MB fell back to alltoall on {self.target.gpu_name}" if fell_back_accepted else ""),
+            Source.RESOLVE if fell_back_accepted else decision.source)
         if applied:
             if not self.target.has_gpu:
                 self.notes.append(f"GPU unknown here: the {backend} GPU allow-list is checked at finalize on the GPU node")
