@@ -64,10 +64,10 @@ PLAN_ROWS = [
     ("deepep", "gb300", ["--ep-overlap", "off"], 1, ["recipe-flex-fallback", "config refused (EP overlap off)"]),
     ("ncclep", "a100", [], 1, ["recipe-flex-fallback", "the recipe asked for ncclep", "fell back on NVIDIA A100"]),
     ("deepep", "gb200", ["--dispatcher", "alltoall"], 0, ["dispatcher  : alltoall (requested)",
-                                                          "dispatcher alltoall requested (the recipe asked for deepep"]),
+                                                          "(requested: dispatcher alltoall (the recipe asked for deepep"]),
     ("deepep", "gb200", ["--dispatcher", "hybridep"], 0, ["dispatcher  : hybridep (requested)"]),
-    ("deepep", "gb200", ["--resolve", "auto"], 0, ["dispatcher  : alltoall (MB fell back from the recipe's deepep "
-                                                   "(resolve='auto'))", "WARNING: recipe-flex-fallback"]),
+    ("deepep", "gb200", ["--resolve", "auto"], 0, ["dispatcher  : alltoall (set by resolve: MB fell back from the "
+                                                   "recipe's deepep request)", "WARNING: recipe-flex-fallback"]),
     ("deepep", "gb200", ["--ep-overlap", "off", "--resolve", "auto"], 0, ["WARNING", "ACCEPTED with EP overlap off"]),
     ("deepep", "h100", ["--deep-ep", "1.2.1"], 0, ["dispatcher  : deepep (the recipe's)"]),
     ("hybridep", "gb200", [], 0, ["dispatcher  : hybridep (the recipe's)"]),

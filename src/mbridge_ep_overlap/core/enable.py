@@ -10,7 +10,7 @@ Contract
   ``CommOverlapConfig.setup()`` copies them onto the model and would revert a model-only flag;
 * keeps the recipe's choices where the caller makes none: with ``dispatcher``, ``delay_wgrad`` or
   ``high_priority_a2a`` left ``None`` on a config that already enables overlap, its dispatcher
-  (and flex backend), delayed wgrad and all-to-all priority stay, and the plan says "kept";
+  (and flex backend), delayed wgrad and all-to-all priority stay, and the plan says "the recipe's";
   without overlap on, the defaults are alltoall, no delayed wgrad, the default-priority stream;
 * gives the overlapped schedule's all-to-all stream CUDA high priority unless told otherwise
   (``high_priority_a2a=False``) or the recipe already enabled overlap (then its choice is kept);
@@ -20,7 +20,7 @@ Contract
   (``resolve="auto"``); HybridEP's topology variables are set only when HybridEP is what the
   config ends with;
 * a flex backend the recipe itself asked MB's ``apply_flex_dispatcher_backend`` for (recorded while
-  it was built: ``dispatcher.recording_recipe_requests``) is "kept: the recipe's" when MB applied it;
+  it was built: ``dispatcher.recording_recipe_requests``) is "the recipe's" when MB applied it;
   when MB silently fell back to alltoall, a ``dispatcher`` given now replaces the recipe's request,
   ``resolve="auto"`` accepts the fallback and records it, and otherwise rule ``recipe-flex-fallback``
   refuses it (``settle_recipe_fallback``);
@@ -29,8 +29,12 @@ Contract
   them there; the plan shows each with the value the run gets;
 * refuses an argument of the wrong type with ``UsageError`` (``delay_wgrad=1`` is not a bool);
 * evaluates the rule table once (``resolve="auto"`` re-evaluates after applying each documented
-  fix); conflicts the user must decide about raise ``EPOverlapError`` listing all of them; what
+  fix: of every error, and of a warning that has one - one microbatch per rank gets a global batch
+  of two); conflicts the user must decide about raise ``EPOverlapError`` listing all of them; what
   has no fix raises in both modes;
+* labels every change and choice of the plan with one ``provenance.Source``: requested (an argument
+  given), the recipe's (``Options.from_recipe``: a registered recipe's choice, or a value the config
+  had), default, set by resolve, set by an override (found changed after configuring);
 * is atomic: all work happens on a deep copy; only when every check passes are the recorded
   changes replayed onto ``cfg``. If it raises, ``cfg`` is exactly as it was;
 * installs finalize-time enforcement (``enforcement.install``) so MB's own
@@ -276,7 +280,8 @@ class Session:
             delay, self.delay_reason, self.delay_source = Facts(cfg, self.target).delay_wgrad, "", Source.RECIPE
         else:
             delay, self.delay_reason, self.delay_source = False, "delayed wgrad is a separate opt-in", Source.DEFAULT
-        edit.set_ep_flag("delay_wgrad_compute", delay, "delayed wgrad", self.delay_source)
+        edit.set_ep_flag("delay_wgrad_compute", delay, self.delay_reason or "delayed wgrad",
+                        self.delay_source)
         edit.set("model.moe_shared_expert_overlap", False, "EP overlap on: shared-expert overlap is mutually exclusive "
                  "with it", Source.REQUESTED)
         if opts.high_priority_a2a is not None:

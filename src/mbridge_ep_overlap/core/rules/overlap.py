@@ -11,7 +11,8 @@ from .base import Family, Upstream, When, rule, set_to, without
 
 
 def _choose_vpp(f: Facts) -> list[tuple[str, Any]]:
-    """The smallest VPP >= 2 the pipeline split accepts, or a layout of PP x VPP stages (``pipeline_split``)."""
+    """sets model.virtual_pipeline_model_parallel_size to the smallest VPP >= 2 the pipeline split accepts, or a
+    layout of PP x VPP stages holding the same layers (``core.pipeline_split``)"""
     return pipeline_split.choose(f.cfg.model).edits
 
 
