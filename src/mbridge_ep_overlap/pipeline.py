@@ -205,6 +205,8 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
             delay_wgrad=entry.delay_wgrad if spec.delay_wgrad is None else spec.delay_wgrad,
             high_priority_a2a=entry.high_priority_a2a if spec.high_priority_a2a is None else spec.high_priority_a2a,
             resolve=spec.resolve,
+            from_recipe=frozenset(n for n in ("dispatcher", "delay_wgrad", "high_priority_a2a")
+                                  if getattr(spec, n) is None and getattr(entry, n) is not None),
         )
         # The values judged are the ones the run gets (an override may mend a recipe's value): the
         # table runs after the overrides. A malformed value that configuring had to read first is

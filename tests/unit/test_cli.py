@@ -33,7 +33,7 @@ def test_plan_refusal_exits_1_and_lists_violations(capsys):
 
 def test_plan_resolve_auto_fixes(capsys):
     assert main(["plan", "--set", "model.mtp_num_layers=2", "--resolve", "auto"]) == 0
-    assert "resolve='auto': mtp-layers" in capsys.readouterr().out
+    assert "set by resolve: mtp-layers" in capsys.readouterr().out
 
 
 def test_plan_for_another_gpu(capsys):
@@ -121,9 +121,9 @@ def test_upstream_refusal_without_a_rule_is_reported_cleanly(capsys):
 
 
 @pytest.mark.parametrize("override,code,shown", [
-    (None, 0, "env CUDA_DEVICE_MAX_CONNECTIONS=32  (set in cfg.env_vars)"),
-    ("env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8", 0, "env CUDA_DEVICE_MAX_CONNECTIONS=8  (what the run gets"),
-    ("env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1", 0, "env CUDA_DEVICE_MAX_CONNECTIONS=1  (what the run gets"),
+    (None, 0, "env CUDA_DEVICE_MAX_CONNECTIONS=32  (default: set in cfg.env_vars)"),
+    ("env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8", 0, "env CUDA_DEVICE_MAX_CONNECTIONS=8  (set by an override: what the run gets"),
+    ("env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1", 0, "env CUDA_DEVICE_MAX_CONNECTIONS=1  (set by an override: what the run gets"),
     ("env_vars.CUDA_DEVICE_MAX_CONNECTIONS=abc", 1, "cuda-device-max-connections-value"),
     ("env_vars.CUDA_DEVICE_MAX_CONNECTIONS=64", 1, "cuda-device-max-connections-value"),
     ("env_vars.CUDA_DEVICE_MAX_CONNECTIONS=0", 1, "cuda-device-max-connections-value"),
@@ -136,4 +136,4 @@ def test_plan_shows_the_environment_the_run_gets(override, code, shown, capsys):
     out = capsys.readouterr().out
     assert shown in out, out[-3000:]
     if override:
-        assert "CUDA_DEVICE_MAX_CONNECTIONS=32  (set in cfg.env_vars)" not in out
+        assert "CUDA_DEVICE_MAX_CONNECTIONS=32  (default: set in cfg.env_vars)" not in out

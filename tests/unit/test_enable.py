@@ -98,8 +98,8 @@ def test_resolve_auto_applies_documented_fixes_and_records_them(proxy_cfg, h100x
     assert (m.recompute_granularity, m.recompute_method, m.recompute_num_layers) == (None, None, None)
     assert m.recompute_modules == ["core_attn"]
     assert proxy_cfg.mixed_precision == "bf16_mixed"
-    reasons = " ".join(c.reason for c in plan.changes)
-    assert "resolve='auto': full-recompute" in reasons and "resolve='auto': precision" in reasons
+    reasons = " ".join(c.labelled for c in plan.changes)
+    assert "set by resolve: full-recompute" in reasons and "set by resolve: precision" in reasons
     finalize(proxy_cfg, h100x2)
     assert proxy_cfg.model.overlap_moe_expert_parallel_comm is True
 
@@ -188,7 +188,7 @@ def test_plan_prints_as_table_and_json(proxy_cfg, h100x2):
     data = json.loads(plan.to_json())
     assert data["dispatcher"] == "alltoall"
     assert {"path": "comm_overlap.overlap_moe_expert_parallel_comm", "old": None, "new": True,
-            "reason": "EP overlap requested"} in data["changes"]
+            "reason": "EP overlap on", "source": "requested"} in data["changes"]
 
 
 @pytest.mark.parametrize(

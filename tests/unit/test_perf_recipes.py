@@ -19,6 +19,7 @@ import typing
 
 import pytest
 
+from mbridge_ep_overlap.core.provenance import Source
 from mbridge_ep_overlap import EPOverlapError, RunSpec, UpstreamRefusal, UsageError, build
 from mbridge_ep_overlap.pipeline import finalize
 from mbridge_ep_overlap.spec import TargetSpec
@@ -146,7 +147,7 @@ def test_overlap_recipe_verdict_on_its_own_cluster(name):
                 mcore_expert_grid_check(cfg.model, target.num_gpus)
         return
     built = build(spec)  # refused by a rule: EPOverlapError names it (add it to EXPECTED if it is right)
-    assert built.plan.dispatcher_reason.startswith("kept")
+    assert built.plan.dispatcher_source is Source.RECIPE
     assert built.plan.delay_wgrad == bool(cfg.comm_overlap.delay_wgrad_compute)
     summary = finalize(built).summary
     assert summary["overlap_moe_expert_parallel_comm"] is True

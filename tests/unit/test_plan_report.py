@@ -26,9 +26,14 @@ PLAN_ROWS = [
      ["full-recompute", "  pass  "]),
     (["--rules"], 0, PROXY + "ACCEPTED with EP overlap on", [f"rules ({len(RULES)}):", "full-recompute", "  pass  ", "  n/a  "], []),
     (["--num-gpus", "8", "--ep", "8"], 0,
-     "qwen3_moe_proxy on described: 8x h200: ACCEPTED with EP overlap on (alltoall), but it overlaps nothing here: "
-     "1 microbatch per rank per step (global_batch_size 16 / (micro_batch_size 2 x data-parallel size 8))",
-     ["raise global_batch_size to 32 or more"], ["hidden behind"]),
+     "qwen3_moe_proxy on described: 8x h200: ACCEPTED with EP overlap on (alltoall) - but 1 microbatch per rank: "
+     "overlap has nothing to pair (global_batch_size 16 / (micro_batch_size 2 x data-parallel size 8))",
+     ["raise global_batch_size to 32 or more (--resolve auto does)"], ["hidden behind"]),
+    (["--num-gpus", "8", "--ep", "8", "--resolve", "auto"], 0,
+     "qwen3_moe_proxy on described: 8x h200: ACCEPTED with EP overlap on (alltoall): the alltoall dispatch and combine "
+     "hidden behind expert compute of 2 microbatches",
+     ["train.global_batch_size: 16 -> 32  (set by resolve: microbatches:", "global_batch_size: 32  (set by resolve)",
+      "num_microbatches: 2  (set by resolve)"], ["nothing to pair"]),
     (["--ep-overlap", "off"], 0, PROXY + "ACCEPTED with EP overlap off (as asked)",
      ["no overlap plan", "overlap_moe_expert_parallel_comm: False"], ["what changed"]),
     (["--dispatcher", "hybridep"], 0, PROXY + "ACCEPTED with EP overlap on (hybridep)",
@@ -106,10 +111,13 @@ def _report(out: str) -> list[str]:
 @pytest.mark.parametrize("flags,code", [([], 0), (["--dispatcher", "hybridep"], 0), (["--set", "model.mtp_num_layers=2"], 1)],
                          ids=["accepted", "hybridep", "refused"])
 def test_one_layout_for_plan_dryrun_and_slurm(flags, code, tmp_path, capsys):
-    """The same report, on stdout, from all three; launch_slurm.py writes it as comment lines of the job."""
-    assert cli.main(["plan", "--no-predict", *flags]) == code
+    """The same report, on stdout, from all three; launch_slurm.py writes it as comment lines of the job.
+    All three are given the GPUs (launch_slurm.py by its node flags): the finalized data-parallel size
+    is then "requested" in each."""
+    gpus = ["--gpu", "h200", "--num-gpus", "2"]
+    assert cli.main(["plan", "--no-predict", *gpus, *flags]) == code
     plan = _report(capsys.readouterr().out)
-    assert run.main(["--recipe", "qwen3_moe_proxy", "--dryrun", "--output-dir", str(tmp_path), *flags]) == code
+    assert run.main(["--recipe", "qwen3_moe_proxy", "--dryrun", "--output-dir", str(tmp_path), *gpus, *flags]) == code
     out, err = capsys.readouterr()
     assert _report(out) == plan, (out[-2000:], err[-2000:])
     assert slurm.main(["--recipe", "qwen3_moe_proxy", "--nodes", "1", "--gpus-per-node", "2", "--gpu", "h200",

@@ -4,7 +4,7 @@ On a GPU outside the backend's allow-list MB only logs a rank-0 warning and leav
 alltoall. Such a recipe is built for the target (``--gpu``) and its request recorded, so MB's silent
 fallback is refused by rule ``recipe-flex-fallback`` - through ``plan --recipe MODULE:FUNCTION``, the
 pipeline API and ``enable_ep_overlap`` - unless a dispatcher is chosen explicitly or ``resolve='auto'``
-accepts it; a backend MB applied is "kept: the recipe's". Where MB falls back (its source,
+accepts it; a backend MB applied is "the recipe's". Where MB falls back (its source,
 training/flex_dispatcher_backend.py): DeepEP outside sm80/sm90/B200/B300 (GB200, GB300, VR200),
 NCCL EP outside sm90/sm100 (A100).
 """
@@ -18,6 +18,7 @@ import sys
 
 import pytest
 
+from mbridge_ep_overlap.core.provenance import Source
 from mbridge_ep_overlap.tools import cli
 
 MODULE = "ep_overlap_probe_recipe_flex"
@@ -63,13 +64,13 @@ PLAN_ROWS = [
     ("deepep", "gb300", ["--ep-overlap", "off"], 1, ["recipe-flex-fallback", "config refused (EP overlap off)"]),
     ("ncclep", "a100", [], 1, ["recipe-flex-fallback", "the recipe asked for ncclep", "fell back on NVIDIA A100"]),
     ("deepep", "gb200", ["--dispatcher", "alltoall"], 0, ["dispatcher  : alltoall (requested)",
-                                                          "dispatcher alltoall requested (the recipe asked for deepep"]),
+                                                          "(requested: dispatcher alltoall (the recipe asked for deepep"]),
     ("deepep", "gb200", ["--dispatcher", "hybridep"], 0, ["dispatcher  : hybridep (requested)"]),
-    ("deepep", "gb200", ["--resolve", "auto"], 0, ["dispatcher  : alltoall (MB fell back from the recipe's deepep "
-                                                   "(resolve='auto'))", "WARNING: recipe-flex-fallback"]),
+    ("deepep", "gb200", ["--resolve", "auto"], 0, ["dispatcher  : alltoall (set by resolve: MB fell back from the "
+                                                   "recipe's deepep request)", "WARNING: recipe-flex-fallback"]),
     ("deepep", "gb200", ["--ep-overlap", "off", "--resolve", "auto"], 0, ["WARNING", "ACCEPTED with EP overlap off"]),
-    ("deepep", "h100", ["--deep-ep", "1.2.1"], 0, ["dispatcher  : deepep (kept: the recipe's)"]),
-    ("hybridep", "gb200", [], 0, ["dispatcher  : hybridep (kept: the recipe's)"]),
+    ("deepep", "h100", ["--deep-ep", "1.2.1"], 0, ["dispatcher  : deepep (the recipe's)"]),
+    ("hybridep", "gb200", [], 0, ["dispatcher  : hybridep (the recipe's)"]),
     ("ncclep", "a100", ["--dispatcher", "alltoall"], 0, ["dispatcher  : alltoall (requested)"]),
 ]
 
@@ -110,8 +111,8 @@ def test_the_pipeline_api_refuses_it(recipe_dir):
     (violation,) = [v for v in excinfo.value.violations if v.severity.value == "error"]
     assert violation.rule_id == "recipe-flex-fallback" and "NVIDIA GB200" in violation.current
     built = build(spec.replace(dispatcher="alltoall"))
-    assert built.plan.dispatcher == "alltoall" and built.plan.dispatcher_reason == "requested"
-    assert build(spec.replace(target=TargetSpec(gpu="h100", num_gpus=2))).plan.dispatcher_reason == "kept: the recipe's"
+    assert built.plan.dispatcher == "alltoall" and built.plan.dispatcher_source is Source.REQUESTED
+    assert build(spec.replace(target=TargetSpec(gpu="h100", num_gpus=2))).plan.dispatcher_source is Source.RECIPE
 
 
 def test_enable_ep_overlap_refuses_it_and_leaves_the_config_untouched(recipe_dir):

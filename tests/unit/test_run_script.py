@@ -16,7 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 def dry(capsys, tmp_path, *argv):
     code = main([*argv, "--dryrun", "--output-dir", str(tmp_path)])
     out, err = capsys.readouterr()
-    fields = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line and not line.startswith((" ", "#")))
+    fields = {k: v.split("  (", 1)[0] for k, v in  # the value, without its source word
+            (line.split(": ", 1) for line in out.splitlines() if ": " in line and not line.startswith((" ", "#")))}
     return code, fields, out, err
 
 

@@ -23,7 +23,7 @@ Contract
   recipe set its dispatcher itself afterwards, so the record is the request in force for the config
   the recipe returns. ``recipe_fell_back`` is that fallback
   while the config still holds it (rule ``recipe-flex-fallback`` refuses it); a request MB applied
-  makes the recipe's dispatcher "kept: the recipe's" (``decide``).
+  makes the recipe's dispatcher "the recipe's" (``decide``; ``Decision.source`` says who chose it).
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ..base.choices import AUTO, FLEX_BACKENDS, MEASURED_DISPATCHERS
+from .provenance import Source
+
 ALLTOALL_FIELDS = {"moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": None}
 """The model fields that select the alltoall dispatcher (no flex backend left behind)."""
 
@@ -114,7 +116,7 @@ def problems(backend: str, target) -> list[str]:
     return out
 
 
-_REGISTERED = "registered: the recipe's registry row"
+_REGISTERED = "its registry row"
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,7 @@ class Decision:
     dispatcher: str  # 'alltoall' or a flex backend
     reason: str
     fallbacks: list[str] = field(default_factory=list)  # why a requested backend was replaced (resolve='auto')
+    source: Source = Source.REQUESTED  # who chose it (the plan's provenance word)
 
 
 def current_dispatcher(model) -> str | None:
@@ -187,18 +190,19 @@ def decide(requested: str | None, model, target, resolve: str, keep_current: boo
     MB's ``apply_flex_dispatcher_backend`` for it, and it is one overlap can split; else alltoall."""
     ep = getattr(model, "expert_model_parallel_size", None) or 1
     if requested is None and registered is not None:
-        decision = _auto(target, ep, model) if registered == AUTO else Decision(registered, _REGISTERED)
+        decision = _auto(target, ep, model) if registered == AUTO else Decision(registered, _REGISTERED, source=Source.RECIPE)
     elif requested is None:
         asked = recipe_request(model)
         kept = current_dispatcher(model) if keep_current or (asked is not None and asked.applied) else None
-        decision = Decision(kept, "kept: the recipe's") if kept else Decision("alltoall", "default")
+        decision = (Decision(kept, "", source=Source.RECIPE) if kept
+                    else Decision("alltoall", "", source=Source.DEFAULT))
     else:  # a name checked where the run was described (RunSpec, Options): base.choices.dispatcher_name
-        decision = _auto(target, ep, model) if requested == AUTO else Decision(requested, "requested")
+        decision = _auto(target, ep, model) if requested == AUTO else Decision(requested, "")
     if resolve == "auto" and decision.dispatcher != "alltoall":
         why = [p for p in problems(decision.dispatcher, target) if "allow-list" not in p]
         if why:  # the allow-list fallback is MB's own, seen by `apply`
-            return Decision("alltoall", f"resolve='auto': {decision.dispatcher} cannot run on the target",
-                            [f"{decision.dispatcher} -> alltoall: {w}" for w in why])
+            return Decision("alltoall", f"{decision.dispatcher} cannot run on the target",
+                            [f"{decision.dispatcher} -> alltoall: {w}" for w in why], source=Source.RESOLVE)
     return decision
 
 

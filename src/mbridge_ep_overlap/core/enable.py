@@ -10,7 +10,7 @@ Contract
   ``CommOverlapConfig.setup()`` copies them onto the model and would revert a model-only flag;
 * keeps the recipe's choices where the caller makes none: with ``dispatcher``, ``delay_wgrad`` or
   ``high_priority_a2a`` left ``None`` on a config that already enables overlap, its dispatcher
-  (and flex backend), delayed wgrad and all-to-all priority stay, and the plan says "kept";
+  (and flex backend), delayed wgrad and all-to-all priority stay, and the plan says "the recipe's";
   without overlap on, the defaults are alltoall, no delayed wgrad, the default-priority stream;
 * gives the overlapped schedule's all-to-all stream CUDA high priority unless told otherwise
   (``high_priority_a2a=False``) or the recipe already enabled overlap (then its choice is kept);
@@ -20,7 +20,7 @@ Contract
   (``resolve="auto"``); HybridEP's topology variables are set only when HybridEP is what the
   config ends with;
 * a flex backend the recipe itself asked MB's ``apply_flex_dispatcher_backend`` for (recorded while
-  it was built: ``dispatcher.recording_recipe_requests``) is "kept: the recipe's" when MB applied it;
+  it was built: ``dispatcher.recording_recipe_requests``) is "the recipe's" when MB applied it;
   when MB silently fell back to alltoall, a ``dispatcher`` given now replaces the recipe's request,
   ``resolve="auto"`` accepts the fallback and records it, and otherwise rule ``recipe-flex-fallback``
   refuses it (``settle_recipe_fallback``);
@@ -29,8 +29,12 @@ Contract
   them there; the plan shows each with the value the run gets;
 * refuses an argument of the wrong type with ``UsageError`` (``delay_wgrad=1`` is not a bool);
 * evaluates the rule table once (``resolve="auto"`` re-evaluates after applying each documented
-  fix); conflicts the user must decide about raise ``EPOverlapError`` listing all of them; what
+  fix: of every error, and of a warning that has one - one microbatch per rank gets a global batch
+  of two); conflicts the user must decide about raise ``EPOverlapError`` listing all of them; what
   has no fix raises in both modes;
+* labels every change and choice of the plan with one ``provenance.Source``: requested (an argument
+  given), the recipe's (``Options.from_recipe``: a registered recipe's choice, or a value the config
+  had), default, set by resolve, set by an override (found changed after configuring);
 * is atomic: all work happens on a deep copy; only when every check passes are the recorded
   changes replayed onto ``cfg``. If it raises, ``cfg`` is exactly as it was;
 * installs finalize-time enforcement (``enforcement.install``) so MB's own
@@ -57,17 +61,20 @@ from .engine import Report, evaluate, malformed
 from ..base.errors import EPOverlapError, Severity, UsageError, Violation, require_optional_bool
 from .facts import Facts, get_path, set_path
 from .plan import FieldChange, OverlapPlan
+from .provenance import Source
 from .rules import RULES_BY_ID
 from .rules.flex import expected_hybridep_ranks
 from .rules.values import MAX_CONNECTIONS
 from ..base.sizes import positive_int
+from ..base.values import short
 
 EP_FLAGS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
-KEPT = "kept: the recipe's"
 # In every paired measurement on 2x H200 the high-priority stream was at least as fast
 # (throttled link: +1 to +14%; NVLink: +1%; docs/benchmarks.md), and NVIDIA's perf recipes set it.
-HIGH_PRIORITY_DEFAULT = ("default: high-priority all-to-all stream (never slower in the paired 2x H200 "
+HIGH_PRIORITY_DEFAULT = ("high-priority all-to-all stream (never slower in the paired 2x H200 "
                          "measurements, docs/benchmarks.md; high_priority_a2a=False turns it off)")
+DEFAULT_MAX_CONNECTIONS = 32
+CHOICES = ("dispatcher", "delay_wgrad", "high_priority_a2a")
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,15 @@ class Options:
     delay_wgrad: bool | None = None
     high_priority_a2a: bool | None = None
     resolve: str = "error"
-    cuda_device_max_connections: int = 32
+    cuda_device_max_connections: int | None = None
+    """None: this package's default, ``DEFAULT_MAX_CONNECTIONS``."""
+    from_recipe: frozenset[str] = frozenset()
+    """Which of ``CHOICES`` hold the recipe's own choice (a registered recipe's entry), not the caller's."""
+
+    def source(self, name: str) -> Source:
+        """Who made choice ``name`` given here: the recipe (``from_recipe``) or the caller."""
+        return Source.RECIPE if name in self.from_recipe else Source.REQUESTED
+
     registered_dispatcher: str | None = None
     """The registered recipe's dispatcher (its registry row), used when ``dispatcher`` is None."""
 
@@ -87,7 +102,7 @@ class Options:
         if self.dispatcher is not None and self.dispatcher != dispatcher_name(self.dispatcher):
             return dataclasses.replace(self, dispatcher=dispatcher_name(self.dispatcher)).validated()
         connections = positive_int(self.cuda_device_max_connections)
-        if connections is None or connections > MAX_CONNECTIONS:
+        if self.cuda_device_max_connections is not None and (connections is None or connections > MAX_CONNECTIONS):
             raise UsageError("cuda_device_max_connections", self.cuda_device_max_connections,
                              f"an integer from 1 to {MAX_CONNECTIONS} (CUDA's range)", "invalid")
         for name in OPTIONAL_SWITCHES:
@@ -102,25 +117,25 @@ class _Editor:
         self.cfg = cfg
         self.changes: list[FieldChange] = []
 
-    def set(self, path: str, new: Any, reason: str) -> bool:
+    def set(self, path: str, new: Any, reason: str, source: Source) -> bool:
         old = get_path(self.cfg, path)
         if old is new or (_plain(old) and _plain(new) and old == new):
             return False
         set_path(self.cfg, path, new)
-        self.changes.append(FieldChange(path, copy.deepcopy(old), copy.deepcopy(new), reason))
+        self.changes.append(FieldChange(path, copy.deepcopy(old), copy.deepcopy(new), reason, source))
         return True
 
-    def set_ep_flag(self, name: str, value: bool, reason: str) -> None:
+    def set_ep_flag(self, name: str, value: bool, reason: str, source: Source) -> None:
         """Set a comm-overlap flag where it survives setup(): public field and frozen snapshot."""
-        self.set(f"comm_overlap.{name}", value, reason)
+        self.set(f"comm_overlap.{name}", value, reason, source)
         if getattr(self.cfg.comm_overlap, "user_comm_overlap_cfg", None) is not None:
-            self.set(f"comm_overlap.user_comm_overlap_cfg.{name}", value, reason + " (finalized snapshot)")
+            self.set(f"comm_overlap.user_comm_overlap_cfg.{name}", value, reason + " (finalized snapshot)", source)
 
-    def record_model_diff(self, before: dict[str, Any], reason: str) -> None:
+    def record_model_diff(self, before: dict[str, Any], reason: str, source: Source) -> None:
         for name, old in before.items():
             new = getattr(self.cfg.model, name)
             if old != new:
-                self.changes.append(FieldChange(f"model.{name}", old, new, reason))
+                self.changes.append(FieldChange(f"model.{name}", old, new, reason, source))
 
 
 def _plain(value: Any) -> bool:
@@ -151,9 +166,10 @@ def settle_recipe_fallback(cfg: Any, requested: str | None, resolve: str, target
         return None
     rule = RULES_BY_ID["recipe-flex-fallback"]
     warning = dataclasses.replace(rule.violation(Facts(cfg, target)), severity=Severity.WARNING)
-    why = f"dispatcher {requested} requested" if requested else "resolve='auto': alltoall accepted"
+    why, source = ((f"dispatcher {requested}", Source.REQUESTED) if requested
+                   else ("alltoall accepted", Source.RESOLVE))
     (edit or _Editor(cfg)).set(f"model.{dispatchers.RECIPE_REQUEST}", None,
-                               f"{why} (the recipe asked for {request.backend}; MB fell back on {request.gpu_name})")
+                               f"{why} (the recipe asked for {request.backend}; MB fell back on {request.gpu_name})", source)
     return None if requested else warning
 
 
@@ -211,6 +227,9 @@ class Session:
         self.env_vars: dict[str, str] = {}
         self.env_vars_kept: dict[str, str] = {}
         self.delay_reason = ""
+        self.delay_source = Source.DEFAULT
+        self.planned: dict[str, bool] = {}  # delayed wgrad and stream priority as configuring left them
+        self.high_priority_source = Source.DEFAULT
 
     # ---- configure -------------------------------------------------------------------------
     def configure(self) -> "Session":
@@ -218,27 +237,35 @@ class Session:
         require_config(cfg)
         already_on = Facts(cfg, self.target).overlap
         for path, value, reason in _missing_sections(cfg):
-            edit.set(path, value, reason)
-        edit.set_ep_flag("overlap_moe_expert_parallel_comm", True, "EP overlap requested")
+            edit.set(path, value, reason, Source.DEFAULT)
+        edit.set_ep_flag("overlap_moe_expert_parallel_comm", True, "EP overlap on", Source.REQUESTED)
 
         if opts.delay_wgrad is not None:
-            delay, self.delay_reason = opts.delay_wgrad, "requested"
+            delay, self.delay_reason, self.delay_source = opts.delay_wgrad, "", opts.source("delay_wgrad")
         elif already_on:
-            delay, self.delay_reason = Facts(cfg, self.target).delay_wgrad, KEPT
+            delay, self.delay_reason, self.delay_source = Facts(cfg, self.target).delay_wgrad, "", Source.RECIPE
         else:
-            delay, self.delay_reason = False, "default: delayed wgrad is a separate opt-in"
-        edit.set_ep_flag("delay_wgrad_compute", delay, f"delayed wgrad {self.delay_reason}")
-        edit.set("model.moe_shared_expert_overlap", False, "mutually exclusive with EP overlap")
+            delay, self.delay_reason, self.delay_source = False, "delayed wgrad is a separate opt-in", Source.DEFAULT
+        edit.set_ep_flag("delay_wgrad_compute", delay, self.delay_reason or "delayed wgrad",
+                        self.delay_source)
+        edit.set("model.moe_shared_expert_overlap", False, "EP overlap on: shared-expert overlap is mutually exclusive "
+                 "with it", Source.REQUESTED)
         if opts.high_priority_a2a is not None:
+            self.high_priority_source = opts.source("high_priority_a2a")
             edit.set("model.high_priority_a2a_comm_stream", opts.high_priority_a2a,
-                     "high-priority all-to-all stream requested" if opts.high_priority_a2a
-                     else "default-priority all-to-all stream requested")
+                     f"{'high' if opts.high_priority_a2a else 'default'}-priority all-to-all stream",
+                     self.high_priority_source)
         elif not already_on:
-            edit.set("model.high_priority_a2a_comm_stream", True, HIGH_PRIORITY_DEFAULT)
+            edit.set("model.high_priority_a2a_comm_stream", True, HIGH_PRIORITY_DEFAULT, Source.DEFAULT)
+        else:
+            self.high_priority_source = Source.RECIPE
         self.configure_dispatcher(overlap=True, keep_current=already_on)
-        self._set_env("CUDA_DEVICE_MAX_CONNECTIONS", str(opts.cuda_device_max_connections),
-                      "A2A stream must not be serialised")
+        connections = opts.cuda_device_max_connections
+        self._set_env("CUDA_DEVICE_MAX_CONNECTIONS", str(connections or DEFAULT_MAX_CONNECTIONS),
+                      "the A2A stream must not be serialised", Source.DEFAULT if connections is None else Source.REQUESTED)
         self.set_dispatcher_environment()
+        facts = Facts(cfg, self.target)
+        self.planned = {"delay_wgrad": facts.delay_wgrad, "high_priority": bool(facts.model("high_priority_a2a_comm_stream"))}
         return self
 
     def configure_dispatcher(self, *, overlap: bool, keep_current: bool = False) -> None:
@@ -257,21 +284,28 @@ class Session:
                               f"{asked.gpu_name}")
         if not overlap and requested is None:
             return
-        self.decision = decision = (
-            dispatchers.decide(requested, self.cfg.model, self.target, resolve, keep_current=keep_current,
-                               registered=self.options.registered_dispatcher)
-            if overlap else dispatchers.Decision(requested, "requested"))
+        decision = (dispatchers.decide(requested, self.cfg.model, self.target, resolve, keep_current=keep_current,
+                                       registered=self.options.registered_dispatcher)
+                    if overlap else dispatchers.Decision(requested, ""))
+        if decision.source is Source.REQUESTED:
+            decision = dataclasses.replace(decision, source=self.options.source("dispatcher"))
+        self.decision = decision
         self.notes += [f"resolve='auto': {why}" for why in decision.fallbacks]
         model = self.cfg.model
+        why = f": {decision.reason}" if decision.reason else ""
         if decision.dispatcher == ALLTOALL:
             for name, value in dispatchers.ALLTOALL_FIELDS.items():
-                self.edit.set(f"model.{name}", value, f"dispatcher alltoall ({decision.reason})")
+                self.edit.set(f"model.{name}", value, f"dispatcher alltoall{why}", decision.source)
             return
         backend = decision.dispatcher
         names = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_shared_expert_overlap")
         before = {n: getattr(model, n) for n in names}
         applied = dispatchers.apply(model, backend, self.target)
-        self.edit.record_model_diff(before, f"apply_flex_dispatcher_backend(model, {backend!r}) ({decision.reason})")
+        fell_back_accepted = not applied and self.options.resolve == "auto"
+        self.edit.record_model_diff(
+            before, f"apply_flex_dispatcher_backend(model, {backend!r}){why}"
+            + (f": MB fell back to alltoall on {self.target.gpu_name}" if fell_back_accepted else ""),
+            Source.RESOLVE if fell_back_accepted else decision.source)
         if applied:
             if not self.target.has_gpu:
                 self.notes.append(f"GPU unknown here: the {backend} GPU allow-list is checked at finalize on the GPU node")
@@ -288,31 +322,35 @@ class Session:
         if Facts(self.cfg, self.target).flex_backend != "hybridep":
             return
         if self.cfg.env_vars is None:
-            self.edit.set("env_vars", {}, "recipe had no env_vars")
+            self.edit.set("env_vars", {}, "recipe had no env_vars", Source.DEFAULT)
         for name, (value, reason) in hybridep_environment(self.cfg, self.target).items():
-            self._set_env(name, value, reason)
+            self._set_env(name, value, reason, Source.DEFAULT)
 
-    def _set_env(self, name: str, value: str, reason: str) -> None:
+    def _set_env(self, name: str, value: str, reason: str, source: Source) -> None:
         existing = (self.cfg.env_vars or {}).get(name)
         if existing is not None:
             self.env_vars_kept[name] = str(existing)
             return
-        self.edit.set(f"env_vars.{name}", value, reason)
+        self.edit.set(f"env_vars.{name}", value, reason, source)
         self.env_vars[name] = value
 
     # ---- check -----------------------------------------------------------------------------
     def check(self) -> Report:
-        """Evaluate the table once; with resolve='auto' apply each failing rule's fix until stable."""
+        """Evaluate the table once; with resolve='auto' apply the fix of each failing rule (an error, or a
+        warning that has one: one microbatch per rank) until stable."""
         for _ in range(len(RULES_BY_ID)):
             report = evaluate(self.cfg, self.target, self.forward_step_func)
-            if self.options.resolve != "auto" or not report.errors:
+            fixable = [v for v in report.violations if v.severity is not Severity.ADVICE
+                       and (v.severity is Severity.ERROR or RULES_BY_ID[v.rule_id].auto_fix)]
+            if self.options.resolve != "auto" or not fixable:
                 return report
             applied = False
             facts = Facts(self.cfg, self.target, self.forward_step_func)
-            for violation in report.errors:
+            for violation in fixable:
                 rule = RULES_BY_ID[violation.rule_id]
                 for path, value in (rule.auto_fix(facts) if rule.auto_fix else []):
-                    applied |= self.edit.set(path, value, f"resolve='auto': {rule.id}: {rule.message}")
+                    applied |= self.edit.set(path, value, f"{rule.id}: {rule.message} (found {short(violation.current, 240)})",
+                                             Source.RESOLVE)
             if not applied:
                 return report
         return report
@@ -327,17 +365,26 @@ class Session:
         final = facts.dispatcher_name
         planned = {**self.env_vars, **self.env_vars_kept}
         runs_with = {name: facts.env_var(name) for name in planned}  # after overrides, the launcher's first
-        reason = self.decision.reason if final == self.decision.dispatcher else "set by an override after enable"
+        reason, source = self.decision.reason, self.decision.source
+        if final != self.decision.dispatcher:
+            reason, source = "after enable", Source.OVERRIDE
         if self.warnings and final == "alltoall" and self.decision.dispatcher != "alltoall":
-            reason = f"MB fell back from {self.decision.dispatcher} (resolve='auto')"
+            reason, source = f"MB fell back from {self.decision.dispatcher}", Source.RESOLVE
         elif self.recipe_fallback and final == self.decision.dispatcher == "alltoall":
-            reason = f"MB fell back from the recipe's {self.recipe_fallback} (resolve='auto')"
+            reason, source = f"MB fell back from the recipe's {self.recipe_fallback} request", Source.RESOLVE
+        delay_source = self.delay_source if facts.delay_wgrad == self.planned["delay_wgrad"] else Source.OVERRIDE
+        high_priority = bool(facts.model("high_priority_a2a_comm_stream"))
+        priority_source = (self.high_priority_source if high_priority == self.planned["high_priority"]
+                           else Source.OVERRIDE)
         return OverlapPlan(
             dispatcher=final,
             dispatcher_reason=reason,
+            dispatcher_source=source,
             delay_wgrad=facts.delay_wgrad,
             delay_wgrad_reason=self.delay_reason,
-            high_priority_a2a=bool(facts.model("high_priority_a2a_comm_stream")),
+            delay_wgrad_source=delay_source,
+            high_priority_a2a=high_priority,
+            high_priority_a2a_source=priority_source,
             resolve=self.options.resolve,
             environment=self.target.summary(),
             changes=list(self.edit.changes),
@@ -357,7 +404,7 @@ def enable_ep_overlap(
     delay_wgrad: bool | None = None,
     high_priority_a2a: bool | None = None,
     resolve: str = "error",
-    cuda_device_max_connections: int = 32,
+    cuda_device_max_connections: int | None = None,
     environment: ClusterEnvironment | None = None,
     forward_step_func: Callable | None = None,
 ) -> OverlapPlan:
@@ -436,14 +483,14 @@ def disable_ep_overlap(cfg: Any) -> list[FieldChange]:
             current = get_path(cfg, path, ABSENT)
             _restore(cfg, path, value)
             changes.append(FieldChange(path, None if current is ABSENT else current, None if value is ABSENT else value,
-                                       "enable_ep_overlap undone"))
+                                       "enable_ep_overlap undone", Source.REQUESTED))
         if undo.enforcement_installed:
             enforcement.remove(cfg)
         return changes
     edit = _Editor(cfg)  # no atomicity needed: every edit is an independent reset to False
     if cfg.comm_overlap is not None:
         for name in EP_FLAGS:
-            edit.set_ep_flag(name, False, "EP overlap turned off")
+            edit.set_ep_flag(name, False, "EP overlap turned off", Source.REQUESTED)
     for name in EP_FLAGS:
-        edit.set(f"model.{name}", False, "EP overlap turned off")
+        edit.set(f"model.{name}", False, "EP overlap turned off", Source.REQUESTED)
     return edit.changes

@@ -4,9 +4,9 @@ Contract: a plan is a record, not an instruction. It lists every field changed (
 ``ConfigContainer``, old value, new value, reason), the environment variables put into
 ``cfg.env_vars`` (and those left alone because the user had set them), each with the value the
 run gets (one an override or the launcher changed after the plan is listed as such), the dispatcher, delayed
-wgrad and all-to-all priority *as the config holds them at the end* (with why: requested, kept
-from the recipe, chosen by ``auto``, or a recorded fallback), warnings and advice that did not
-block, rules that could not be checked on the target, and notes.
+wgrad and all-to-all priority *as the config holds them at the end*, warnings and advice that did not
+block, rules that could not be checked on the target, and notes. Every change, environment variable
+and choice carries exactly one ``provenance.Source`` and its line shows that word first, then why.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from ..base.errors import Violation
 from ..base.values import jsonable, short
+from .provenance import Source
 
 
 @dataclass(frozen=True)
@@ -25,9 +26,16 @@ class FieldChange:
     old: Any
     new: Any
     reason: str
+    """Why, without the provenance word (``source`` carries it)."""
+    source: Source
+
+    @property
+    def labelled(self) -> str:
+        return self.source.labelled(self.reason)
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "old": jsonable(self.old), "new": jsonable(self.new), "reason": self.reason}
+        return {"path": self.path, "old": jsonable(self.old), "new": jsonable(self.new), "reason": self.reason,
+                "source": self.source.value}
 
 
 @dataclass
@@ -39,6 +47,9 @@ class OverlapPlan:
     environment: str
     delay_wgrad_reason: str = ""
     high_priority_a2a: bool = False
+    dispatcher_source: Source = Source.DEFAULT
+    delay_wgrad_source: Source = Source.DEFAULT
+    high_priority_a2a_source: Source = Source.DEFAULT
     changes: list[FieldChange] = field(default_factory=list)
     env_vars: dict[str, str] = field(default_factory=dict)
     env_vars_kept: dict[str, str] = field(default_factory=dict)
@@ -47,6 +58,15 @@ class OverlapPlan:
     warnings: list[Violation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)
+
+    def env_source(self, name: str) -> Source | None:
+        """Where the value of environment variable ``name`` the run gets came from (None: not in the plan)."""
+        if name in self.env_vars_changed:
+            return Source.OVERRIDE
+        if name in self.env_vars_kept:
+            return Source.RECIPE
+        change = self.change(f"env_vars.{name}")
+        return change.source if change is not None and name in self.env_vars else None
 
     def change(self, path: str) -> FieldChange | None:
         for c in reversed(self.changes):
@@ -65,9 +85,12 @@ class OverlapPlan:
         return {
             "dispatcher": self.dispatcher,
             "dispatcher_reason": self.dispatcher_reason,
+            "dispatcher_source": self.dispatcher_source.value,
             "delay_wgrad": self.delay_wgrad,
             "delay_wgrad_reason": self.delay_wgrad_reason,
+            "delay_wgrad_source": self.delay_wgrad_source.value,
             "high_priority_a2a": self.high_priority_a2a,
+            "high_priority_a2a_source": self.high_priority_a2a_source.value,
             "resolve": self.resolve,
             "environment": self.environment,
             "changes": changes,
@@ -98,17 +121,19 @@ class OverlapPlan:
         then the dispatcher, delayed wgrad, stream priority and notes - the plan as every front end
         prints it."""
         out = ["what changed (field: old -> new, why):"]
-        out += [f"  {c.path}: {short(c.old)} -> {self._shown(c)}  ({c.reason})" for c in self.changes]
+        out += [f"  {c.path}: {short(c.old)} -> {self._shown(c)}  ({c.labelled})" for c in self.changes]
         if not self.changes:
             out.append("  (no field changed)")
-        out += [f"  env {k}={v}  (set in cfg.env_vars)" for k, v in self.env_vars.items()]
-        out += [f"  env {k}={v}  (kept: set before the plan, by the recipe or you)" for k, v in self.env_vars_kept.items()]
-        out += [f"  env {k}={'(unset)' if v is None else v}  (what the run gets: set after the plan, by an override "
-                "or the launcher)" for k, v in self.env_vars_changed.items()]
-        delay = ("on" if self.delay_wgrad else "off") + (f" ({self.delay_wgrad_reason})" if self.delay_wgrad_reason else "")
-        out += [f"  dispatcher  : {self.dispatcher} ({self.dispatcher_reason})",
-                f"  delay wgrad : {delay}",
-                f"  a2a stream  : {'high priority' if self.high_priority_a2a else 'default priority'}",
+        out += [f"  env {k}={v}  ({self.env_source(k).labelled('set in cfg.env_vars')})" for k, v in self.env_vars.items()]
+        out += [f"  env {k}={v}  ({Source.RECIPE.labelled('kept: in cfg.env_vars before the plan')})"
+                for k, v in self.env_vars_kept.items()]
+        out += [f"  env {k}={'(unset)' if v is None else v}  ({Source.OVERRIDE.labelled('what the run gets: set after the '
+                'plan, by an override or the launcher')})" for k, v in self.env_vars_changed.items()]
+        stream = "high priority" if self.high_priority_a2a else "default priority"
+        out += [f"  dispatcher  : {self.dispatcher} ({self.dispatcher_source.labelled(self.dispatcher_reason)})",
+                f"  delay wgrad : {'on' if self.delay_wgrad else 'off'} "
+                f"({self.delay_wgrad_source.labelled(self.delay_wgrad_reason)})",
+                f"  a2a stream  : {stream} ({self.high_priority_a2a_source.labelled()})",
                 f"  resolve     : {self.resolve}"]
         out += [f"  NOTE: {n}" for n in self.notes]
         return out

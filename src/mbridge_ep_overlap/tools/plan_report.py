@@ -8,14 +8,15 @@ The report, in this order:
 
 1. **the verdict**, one line: ``<recipe> on <target>: ACCEPTED with EP overlap on|off`` or ``REFUSED``,
    what overlap does on this target - which dispatcher's all-to-all it hides behind how many
-   microbatches, or that it **overlaps nothing** (one microbatch per rank per step) - and the predicted
+   microbatches, or, first, that it has **nothing to pair** (one microbatch per rank per step) - and the predicted
    step time with overlap off and on when a prediction was asked for and made;
 2. what changed and why: each field ``old -> new`` with the plan's reason (its provenance words are the
    plan's, never recomputed here), the environment variables, the dispatcher, delayed wgrad, stream,
    and a warning of the build that the final rule evaluation no longer reports (fixed by ``resolve``);
 3. only the rules that fail, advise or could not be checked (each with its message and fix); every rule
    of the table with ``all_rules``;
-4. the fields as MB finalized them (``name: value``, one a line) and the prediction's details.
+4. the fields as MB finalized them (``name: value  (source)``, one a line, the source one of
+   ``core.provenance.Source``'s words: ``finalized_sources``) and the prediction's details.
 
 Where it goes is the callers' contract, the same for all three: the report is the command's result and
 goes to **stdout**, refusals included; diagnostics (the libraries' warnings, Megatron's logging) go to
@@ -32,6 +33,7 @@ from typing import Any
 
 from ..base.errors import EPOverlapError, UpstreamRefusal
 from ..base.values import short
+from ..core.provenance import Source, strongest
 from .exits import ReportedRefusal, stdout_to_stderr
 
 _QUIET = ("pass", "n/a")
@@ -70,7 +72,9 @@ def judge(spec, *, predict: bool | None = False, all_rules: bool = False, calibr
     finally:
         ours.level = level
     rows = built.report.status_rows()
+    sources = finalized_sources(built, result.summary)
     data.update(plan=built.plan.to_dict() if built.plan else None, finalized=result.summary, accepted=True,
+                finalized_sources={k: v.value for k, v in sources.items()},
                 rules=[dict(zip(("rule", "status", "detail"), row)) for row in rows])
     prediction, prediction_lines = None, []
     if predict if predict is not None else (built.target.num_nodes or 1) > 1:
@@ -79,10 +83,55 @@ def judge(spec, *, predict: bool | None = False, all_rules: bool = False, calibr
     lines = [verdict(built, result.summary, prediction), ""]
     lines += change_lines(built.plan) + settled_lines(built.plan, built.report)
     lines += ["", *rule_lines(built.report, rows, all_rules)]
-    lines += ["", "finalized by Megatron-Bridge (runtime_config_update, target simulated):", *result.lines()]
+    lines += ["", "finalized by Megatron-Bridge (runtime_config_update, target simulated):",
+              *(f"{k}: {v}  ({sources[k].value})" for k, v in result.summary.items())]
     if prediction_lines:
         lines += ["", *prediction_lines]
     return Outcome(0, lines, data, built)
+
+
+_PLAN_CHOICES = {"moe_token_dispatcher_type": "dispatcher_source", "moe_flex_dispatcher_backend": "dispatcher_source",
+                 "delay_wgrad_compute": "delay_wgrad_source", "high_priority_a2a_comm_stream": "high_priority_a2a_source"}
+_DERIVED = {"data_parallel_size": ("world_size", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                   "context_parallel_size"),
+            "num_microbatches": ("global_batch_size", "micro_batch_size", "data_parallel_size")}
+
+
+def finalized_sources(built, summary: dict[str, Any]) -> dict[str, Source]:
+    """Who set each finalized field: a ``resolve='auto'`` edit, else an override (``--set``), else the
+    plan's own choice or edit, else a flag of the spec (requested), else the recipe. A derived field
+    (data-parallel size, microbatches) takes the latest hand among its inputs (``provenance.strongest``)."""
+    from ..target.simulated_finalize import SUMMARY_FIELDS
+
+    spec, plan = built.spec, built.plan
+    paths = dict(SUMMARY_FIELDS)
+    overridden = {item.partition("=")[0] for item in spec.overrides}
+
+    def source(name: str) -> Source:
+        if name == "world_size":
+            return Source.REQUESTED if spec.target.num_gpus else Source.RECIPE
+        if name in _DERIVED:
+            return strongest([source(n) for n in _DERIVED[name]])
+        if name == "CUDA_DEVICE_MAX_CONNECTIONS":
+            path = f"env_vars.{name}"
+            return (Source.OVERRIDE if path in overridden else
+                    (plan.env_source(name) if plan is not None else None) or Source.RECIPE)
+        path = paths[name]
+        twins = {path, path.replace("model.", "comm_overlap.", 1)}
+        changes = [c for c in (plan.changes if plan is not None else []) if c.path in twins]
+        if any(c.source is Source.RESOLVE for c in changes):
+            return Source.RESOLVE
+        if twins & overridden:
+            return Source.OVERRIDE
+        if plan is None and name in ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute"):
+            return Source.REQUESTED  # turned off as asked
+        if plan is not None and name in _PLAN_CHOICES:
+            return getattr(plan, _PLAN_CHOICES[name])
+        if changes:
+            return changes[-1].source
+        return Source.REQUESTED if getattr(spec, name, None) is not None else Source.RECIPE
+
+    return {name: source(name) for name in summary}
 
 
 def _target_words(spec) -> str:
@@ -106,9 +155,9 @@ def verdict(built, finalized: dict[str, Any], prediction: dict[str, Any] | None)
     what = f"ACCEPTED with EP overlap on ({built.plan.dispatcher})"
     if isinstance(micro, int) and micro < 2:
         gbs, mbs, dp = (finalized.get(k) for k in ("global_batch_size", "micro_batch_size", "data_parallel_size"))
-        what += (f", but it overlaps nothing here: {micro} microbatch per rank per step (global_batch_size {gbs} / "
-                 f"(micro_batch_size {mbs} x data-parallel size {dp})); overlap needs at least 2 - raise "
-                 f"global_batch_size to {2 * (mbs or 1) * (dp or 1)} or more")
+        what += (f" - but {micro} microbatch per rank: overlap has nothing to pair (global_batch_size {gbs} / "
+                 f"(micro_batch_size {mbs} x data-parallel size {dp})); raise global_batch_size to "
+                 f"{2 * (mbs or 1) * (dp or 1)} or more (--resolve auto does)")
     elif isinstance(micro, int):
         what += f": the {built.plan.dispatcher} dispatch and combine hidden behind expert compute of {micro} microbatches"
     if prediction and "error" not in prediction:

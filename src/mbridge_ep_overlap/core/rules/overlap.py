@@ -6,18 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from ..facts import Facts, accepts_schedule_plan, feeds_packed_sequences, passes_packed_seq_params
+from .. import pipeline_split
 from .base import Family, Upstream, When, rule, set_to, without
 
 
 def _choose_vpp(f: Facts) -> list[tuple[str, Any]]:
-    """Smallest VPP >= 2 that splits the layers evenly; none when a custom layout is set."""
-    if f.model("pipeline_model_parallel_layout") is not None:
-        return []
-    layers, pp = f.model("num_layers"), f.model("pipeline_model_parallel_size")
-    for vpp in range(2, 9):
-        if layers % (pp * vpp) == 0:
-            return [("model.virtual_pipeline_model_parallel_size", vpp)]
-    return []
+    """sets model.virtual_pipeline_model_parallel_size to the smallest VPP >= 2 the pipeline split accepts, or a
+    layout of PP x VPP stages holding the same layers (``core.pipeline_split``)"""
+    return pipeline_split.choose(f.cfg.model).edits
+
+
+def _vpp_found(f: Facts) -> str:
+    """The value shown: VPP as set, and what ``resolve='auto'`` would choose or every candidate it tried."""
+    return f"{f.model('virtual_pipeline_model_parallel_size')} (resolve='auto': {pipeline_split.choose(f.cfg.model).words})"
 
 
 _EP_FLAGS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
@@ -132,16 +133,18 @@ def precision(f: Facts) -> bool:
 
 
 @family("pp-needs-vpp", When.OVERLAP, "model.virtual_pipeline_model_parallel_size",
-        required="set (not None) when pipeline_model_parallel_size > 1", auto_fix=_choose_vpp,
+        required="set (not None) when pipeline_model_parallel_size > 1, or a layout of more than PP stages",
+        current=_vpp_found, auto_fix=_choose_vpp,
         upstream=Upstream.MCORE, upstream_match="virtual_pipeline_model_parallel_size must be specified")
 def pp_needs_vpp(f: Facts) -> bool:
     """the non-interleaved pipeline schedule has no combined-1F1B path.
 
     Fix: set model.virtual_pipeline_model_parallel_size (num_layers divisible by PP*VPP, or a
-    pipeline layout).
+    pipeline layout of PP*VPP stages); resolve='auto' chooses one where one exists.
     """
     return (f.model("pipeline_model_parallel_size") == 1
-        or f.model("virtual_pipeline_model_parallel_size") is not None)
+        or f.model("virtual_pipeline_model_parallel_size") is not None
+        or (pipeline_split.implied_vpp(f.cfg.model) or 1) > 1)
 
 
 @family("full-recompute", When.OVERLAP, "model.recompute_granularity", required="not 'full'",

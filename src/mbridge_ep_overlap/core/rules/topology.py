@@ -3,6 +3,8 @@ into whole microbatches, and the overlapped schedule needs at least two microbat
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...base.errors import Severity
 from ..facts import Facts
 from .base import Family, Upstream, When, rule
@@ -51,13 +53,21 @@ def global_batch_divisible(f: Facts) -> bool:
     return f.num_microbatches is not None
 
 
+def two_microbatches(f: Facts) -> list[tuple[str, Any]]:
+    """sets train.global_batch_size to 2 x micro_batch_size x DP: the smallest multiple of
+    micro_batch_size x DP that gives every data-parallel rank two microbatches"""
+    return [("train.global_batch_size", 2 * f.train("micro_batch_size") * f.data_parallel_size)]
+
+
 @family("microbatches", When.OVERLAP, "train.global_batch_size", severity=Severity.WARNING,
         required=">= 2 microbatches per step (global_batch_size / (micro_batch_size * DP))",
-        needs=lambda f: f.num_microbatches is not None, current=lambda f: f"{f.num_microbatches} microbatch(es)")
+        needs=lambda f: f.num_microbatches is not None, current=lambda f: f"{f.num_microbatches} microbatch(es)",
+        auto_fix=two_microbatches)
 def microbatches(f: Facts) -> bool:
     """with one microbatch the combined-1F1B loop is empty: the step runs, nothing overlaps.
 
-    Fix: raise train.global_batch_size or lower train.micro_batch_size so each DP rank gets >= 2 microbatches.
+    Fix: raise train.global_batch_size or lower train.micro_batch_size so each DP rank gets >= 2 microbatches
+    (resolve='auto' sets global_batch_size to 2 x micro_batch_size x DP).
     """
     return f.num_microbatches >= 2
 
