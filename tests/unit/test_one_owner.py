@@ -87,7 +87,8 @@ def test_the_registry_default_is_settled_where_the_others_are_and_says_so():
     assert entry.dispatcher is not None
     built = build(RunSpec(recipe="qwen3_30b_a3b"))
     assert built.plan.dispatcher == entry.dispatcher
-    assert built.plan.dispatcher_reason.startswith("registered")
+    assert built.plan.dispatcher_reason == "its registry row"
+    assert built.plan.dispatcher_source.value == "the recipe's"
 
 
 def test_the_names_have_one_owner():

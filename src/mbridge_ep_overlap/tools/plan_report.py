@@ -34,6 +34,7 @@ from typing import Any
 from ..base.errors import EPOverlapError, UpstreamRefusal
 from ..base.values import short
 from ..core.provenance import Source, strongest
+from ..target.simulated_finalize import SUMMARY_FIELDS
 from .exits import ReportedRefusal, stdout_to_stderr
 
 _QUIET = ("pass", "n/a")
@@ -101,8 +102,6 @@ def finalized_sources(built, summary: dict[str, Any]) -> dict[str, Source]:
     """Who set each finalized field: a ``resolve='auto'`` edit, else an override (``--set``), else the
     plan's own choice or edit, else a flag of the spec (requested), else the recipe. A derived field
     (data-parallel size, microbatches) takes the latest hand among its inputs (``provenance.strongest``)."""
-    from ..target.simulated_finalize import SUMMARY_FIELDS
-
     spec, plan = built.spec, built.plan
     paths = dict(SUMMARY_FIELDS)
     overridden = {item.partition("=")[0] for item in spec.overrides}
