@@ -16,7 +16,8 @@ Contract
   ``MODULE:FUNCTION`` naming any zero-argument function returning a Megatron-Bridge
   ``ConfigContainer`` (MB's recipes, NVIDIA's ``perf_recipes``, a user's own module).
   ``resolve_recipe`` finds it without importing Megatron (a malformed ``MODULE:FUNCTION`` is refused
-  by ``validated()`` first, in a fraction of a second); ``Recipe.config()`` builds it offline,
+  by ``validated()`` first, in a fraction of a second; an unknown name with the closest registered
+  names); ``Recipe.config()`` builds it offline,
   recording its own calls of MB's ``apply_flex_dispatcher_backend`` (``core.dispatcher``).
 
 Nothing here imports torch or Megatron at module level.
@@ -261,8 +262,18 @@ def resolve_recipe(name: str) -> Recipe:
         return Recipe(name, RecipeEntry(function=name, gpu=gpu, num_gpus=num, dispatcher=None, delay_wgrad=None))
     registry = registered_recipes()
     if name not in registry:
-        raise UsageError("recipe", name, sorted(registry) + ["MODULE:FUNCTION"])
+        raise UsageError("recipe", name, _recipe_choices(name, registry))
     return Recipe(name, registry[name])
+
+
+def _recipe_choices(name: str, registry: dict[str, RecipeEntry]) -> str:
+    """The allowed recipes, the names closest to a misspelt one first."""
+    import difflib
+
+    every = ", ".join([*sorted(registry), "MODULE:FUNCTION"])
+    by_lower = {n.lower(): n for n in registry}
+    close = [by_lower[n] for n in difflib.get_close_matches(str(name).lower(), list(by_lower), n=3, cutoff=0.75)]
+    return f"{', '.join(close)} (closest to it); every one: {every}" if close else every
 
 
 __all__ = ["RunSpec", "TargetSpec", "RecipeEntry", "Recipe", "resolve_recipe", "registered_recipes", "DISPATCHERS"]

@@ -4,7 +4,7 @@ Contract: ``add_spec_arguments(parser)`` adds the run-description flags (recipe,
 dispatcher, delayed wgrad, all-to-all priority, resolve, parallel and batch sizes, target,
 overrides) to any parser; ``parse(parser, argv)`` parses them (trailing ``key=value`` tokens are
 overrides, an unknown ``--flag`` is an error); ``spec_from_args(ns)`` maps the result onto a
-``RunSpec`` and ``to_argv(spec)`` maps a spec back onto ``run_script.py`` flags (the benchmark
+``RunSpec`` (an unknown recipe name refused there, before Megatron is imported) and ``to_argv(spec)`` maps a spec back onto ``run_script.py`` flags (the benchmark
 and the Slurm job launch with them). The two are inverse for every field but the target, which a
 launched job probes on its own node. No torch or Megatron import.
 """
@@ -78,8 +78,15 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
 
 
 def spec_from_args(args: argparse.Namespace, *, this_machine: bool = False, num_gpus: int | None = None) -> RunSpec:
+    """The validated spec; a registered recipe name is resolved here, before any front end imports
+    Megatron, so a misspelt one is refused in a fraction of a second."""
+    from ..spec import resolve_recipe
+
     try:
-        return _spec(args, this_machine, num_gpus)
+        spec = _spec(args, this_machine, num_gpus)
+        if ":" not in spec.recipe:
+            resolve_recipe(spec.recipe)
+        return spec
     except UsageError as e:
         if e.what not in FIELD_FLAGS:
             raise
