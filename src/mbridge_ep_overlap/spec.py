@@ -37,7 +37,7 @@ from .core.dispatcher import DISPATCHERS, validate_name
 from .core.errors import UsageError, require_optional_bool
 from .core.sizes import positive_int
 from .target.gpus import GPU_CATALOG, canonical_gpu
-from .target.stack import is_version
+from .target.stack import is_version, require_possible_te
 
 RESOLVE_MODES = ("error", "auto")
 RECIPE_ENTRY_POINTS = "mbridge_ep_overlap.recipes"
@@ -73,6 +73,7 @@ class TargetSpec:
             if value is not None and not (isinstance(value, str) and (value == "none" or is_version(value))):
                 raise UsageError(f"{name} version", value, "a version such as 2.10.0 (PEP 440, no blanks), or 'none'",
                                  "invalid")
+        require_possible_te(self.te)
         return self
 
 

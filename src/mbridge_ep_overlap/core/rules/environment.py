@@ -3,6 +3,7 @@ of the same family lives in ``advice``)."""
 
 from __future__ import annotations
 
+from ...target.stack import unknown_versions
 from ..errors import Severity
 from ..facts import Facts
 from .base import Family, Upstream, When, rule, te_known, version_at_least
@@ -45,6 +46,23 @@ def tested_versions(f: Facts) -> bool:
     Fix: install megatron-core==0.19.2 and megatron-bridge==0.6.2.
     """
     return (f.env.mcore_version, f.env.mb_version) == TESTED_PAIR
+
+
+def _unknown_versions(f: Facts) -> str | None:
+    return "; ".join(unknown_versions(f.env.te_version, f.env.deep_ep_version)) or None
+
+
+@family("stack-versions-known", When.ALWAYS, "environment.te_version", severity=Severity.ADVICE,
+        required="TE 2.7 to 2.18 and DeepEP 1.0 to 1.2 (the versions these rules were checked against)",
+        current=_unknown_versions)
+def stack_versions_known(f: Facts) -> bool:
+    """the target's Transformer Engine or DeepEP is outside the versions these rules were checked
+    against: the verdict is the rules' as they stand, and the value found says what it assumes.
+
+    Fix: check the plan against a run on that stack (mbridge-ep-overlap bench), or use TE 2.7 to 2.18
+    and DeepEP 1.0 to 1.2.
+    """
+    return _unknown_versions(f) is None
 
 
 TE_ONLY_FEATURES = (  # model field -> the value that needs Transformer Engine
