@@ -58,6 +58,16 @@ class TargetSpec:
     """Transformer Engine on the target: a version, "none", or None for the reference stack."""
     deep_ep: str | None = None
     """DeepEP on the target: a version, "none", or None for unknown."""
+    env: tuple[str, ...] = ()
+    """The job's exported environment ("KEY=VALUE"): an exported value wins over cfg.env_vars (MB's
+    setdefault), so the rules judge it."""
+
+    def replace(self, **changes: Any) -> "TargetSpec":
+        return dataclasses.replace(self, **changes)
+
+    def exported(self) -> dict[str, str]:
+        """``env`` as a dict (a later KEY=VALUE wins, as in a shell)."""
+        return dict(item.split("=", 1) for item in self.env)
 
     def validated(self) -> "TargetSpec":
         if not isinstance(self.this_machine, bool):
@@ -74,6 +84,17 @@ class TargetSpec:
                 raise UsageError(f"{name} version", value, "a version such as 2.10.0 (PEP 440, no blanks), or 'none'",
                                  "invalid")
         require_possible_te(self.te)
+        if isinstance(self.env, str) or not isinstance(self.env, (tuple, list)):
+            raise UsageError("exported environment", self.env, "a tuple of 'KEY=VALUE' strings", "invalid")
+        for item in self.env:
+            if not isinstance(item, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", item, re.S):
+                raise UsageError("exported environment", item, "KEY=VALUE with a variable name, e.g. "
+                                 "CUDA_DEVICE_MAX_CONNECTIONS=32", "malformed")
+            if "\n" in item or "\0" in item:
+                raise UsageError("exported environment", item, "a value on one line", "malformed")
+        if self.this_machine and self.env:  # a run on this machine reads its own environment
+            raise UsageError("exported environment", list(self.env), "none for a run on this machine (it reads its "
+                             "own environment: export the variables before launching)", "invalid")
         return self
 
 

@@ -32,7 +32,7 @@ ON_OFF = {"on": True, "off": False}
 FIELD_FLAGS = {**{name: flag for flag, name in SIZE_FLAGS.items()}, "delay_wgrad": "--delay-wgrad",
                "high_priority_a2a": "--a2a-priority", "dispatcher": "--dispatcher", "resolve": "--resolve",
                "number of GPUs": "--num-gpus", "te version": "--te", "deep_ep version": "--deep-ep",
-               "hf_config_dir": "--hf-config-dir"}
+               "hf_config_dir": "--hf-config-dir", "exported environment": "--env"}
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser, *, recipe_default: str | None = None) -> None:
@@ -60,6 +60,9 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, recipe_default: str |
     t.add_argument("--te", default=None, metavar="VERSION|none",
                    help="Transformer Engine on the target (default: the reference stack of MB 0.6.2)")
     t.add_argument("--deep-ep", default=None, metavar="VERSION|none", help="DeepEP on the target (default: unknown)")
+    t.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", dest="exported_env",
+                   help="a variable the job's launcher exports (repeatable): it wins over cfg.env_vars, so the "
+                        "plan judges it")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print every warning the libraries raise as they wrote it (same as EP_OVERLAP_VERBOSE=1)")
     parser.add_argument("overrides", nargs="*", help="Hydra-style key=value overrides, applied last")
@@ -106,7 +109,7 @@ def _spec(args: argparse.Namespace, this_machine: bool, num_gpus: int | None) ->
         overrides=tuple([*args.set_overrides, *args.overrides]),
         hf_config_dir=args.hf_config_dir,
         target=TargetSpec(this_machine=this_machine, gpu=args.gpu, num_gpus=num_gpus or args.num_gpus,
-                          te=args.te, deep_ep=args.deep_ep),
+                          te=args.te, deep_ep=args.deep_ep, env=tuple(getattr(args, "exported_env", ()))),
         **{name: getattr(args, name) for name in SIZE_FLAGS.values()},
     ).validated()
 

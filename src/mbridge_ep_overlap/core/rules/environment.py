@@ -25,14 +25,14 @@ def torch_version(f: Facts) -> bool:
 
 
 @family("cuda-device-max-connections", When.OVERLAP, "env_vars.CUDA_DEVICE_MAX_CONNECTIONS",
-        severity=Severity.WARNING, required="> 1 (32 recommended)",
-        current=lambda f: f.env_var("CUDA_DEVICE_MAX_CONNECTIONS"))
+        required="> 1 (32 recommended)", current=lambda f: f.env_var("CUDA_DEVICE_MAX_CONNECTIONS"))
 def cuda_device_max_connections(f: Facts) -> bool:
-    """CUDA_DEVICE_MAX_CONNECTIONS=1 serialises the all-to-all stream behind compute (about half the
-    gain lost).
+    """CUDA_DEVICE_MAX_CONNECTIONS=1 in force (the launcher's exported value wins over cfg.env_vars:
+    MB only sets what is not exported) serialises the all-to-all stream behind compute: the overlap
+    hides nothing.
 
-    Fix: export CUDA_DEVICE_MAX_CONNECTIONS=32 before the process starts (a launcher value wins over
-    cfg.env_vars).
+    Fix: unset CUDA_DEVICE_MAX_CONNECTIONS in the launcher, or export CUDA_DEVICE_MAX_CONNECTIONS=32
+    there (and keep 32 in cfg.env_vars).
     """
     return f.env_var("CUDA_DEVICE_MAX_CONNECTIONS") != "1"
 
