@@ -7,11 +7,13 @@ from megatron.bridge.recipes.deepseek.h100.deepseek_v3 import (
     set_deepseek_v3_pipeline_model_parallel_layout,
 )
 
+from mbridge_ep_overlap.target.offline import builds_offline
 
 # 61 decoder layers + embedding + MTP + loss over PP8 x VPP4 = 32 stages (MB's perf-recipe layout).
 PP8_VPP4_LAYOUT = "Et|(tt|)*30mL"
 
 
+@builds_offline
 def deepseek_v3():
     """DeepSeek-V3 pretrain, 1024x H100, TP2 PP8 VPP4 EP64, MTP 1, DeepEP + EP overlap.
 

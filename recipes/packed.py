@@ -47,6 +47,8 @@ import torch
 from megatron.bridge.data.base import DatasetBuildContext, DatasetProvider
 from megatron.bridge.data.packing import PackedSequenceSpecs
 
+from mbridge_ep_overlap.target.offline import builds_offline
+
 from ._fields import set_fields
 from .proxy import PROXY_VOCAB, qwen3_moe_proxy_te
 
@@ -149,6 +151,7 @@ class SyntheticPackedDatasetProvider(DatasetProvider):
         return train, valid, None
 
 
+@builds_offline
 def qwen3_moe_proxy_packed():
     """The TE proxy on packed (THD) sequences from a synthetic packed dataset; needs TE."""
     cfg = qwen3_moe_proxy_te()

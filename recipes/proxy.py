@@ -24,12 +24,15 @@ from megatron.bridge import AutoBridge
 from megatron.bridge.models.gpt_provider import local_layer_spec
 from megatron.bridge.recipes.common import _pretrain_common
 
+from mbridge_ep_overlap.target.offline import builds_offline
+
 from ._fields import set_fields
 
 PROXY_MODEL = "mbridge-ep-overlap/qwen3-moe-proxy"
 PROXY_VOCAB = 32768
 
 
+@builds_offline
 def proxy_base(seq_length: int = 1024, global_batch_size: int = 16, micro_batch_size: int = 2):
     cfg = _pretrain_common()
     cfg.model = AutoBridge.from_hf_pretrained(PROXY_MODEL).to_megatron_provider(load_weights=False)
@@ -58,11 +61,13 @@ def proxy_base(seq_length: int = 1024, global_batch_size: int = 16, micro_batch_
     return cfg
 
 
+@builds_offline
 def qwen3_moe_proxy():
     """Small Qwen3-MoE proxy, 2x H200, EP=2, alltoall (default recipe; runs without TE)."""
     return proxy_base()
 
 
+@builds_offline
 def qwen3_moe_proxy_te():
     """The proxy on Transformer Engine layers (TE attention, grouped-GEMM experts, fusions); needs TE.
 

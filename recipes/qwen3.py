@@ -12,9 +12,12 @@ from megatron.bridge.recipes.qwen.h100.qwen3_moe import (
     qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config,
 )
 
+from mbridge_ep_overlap.target.offline import builds_offline
+
 from ._fields import set_fields
 
 
+@builds_offline
 def qwen3_30b_a3b():
     """Qwen3-30B-A3B pretrain, 16x H100, TP1 PP1 EP16, alltoall + EP overlap.
 
@@ -30,6 +33,7 @@ def qwen3_30b_a3b():
     return qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config()
 
 
+@builds_offline
 def qwen3_30b_a3b_hybridep():
     """Qwen3-30B-A3B pretrain, 16x H100, TP1 PP1 EP16, flex/HybridEP + EP overlap.
 
@@ -44,6 +48,7 @@ def qwen3_30b_a3b_hybridep():
     return qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config()
 
 
+@builds_offline
 def qwen3_235b_a22b():
     """Qwen3-235B-A22B pretrain, 256x H100, TP2 PP8 VPP4 EP32, alltoall + EP overlap.
 

@@ -4,6 +4,7 @@ Public API (everything else is internal)::
 
     enable_ep_overlap(cfg, dispatcher=None, *, delay_wgrad=None, high_priority_a2a=None,
                       resolve="error", ...) -> OverlapPlan
+    @ep_overlap(dispatcher=None, ...)      (a recipe function's config with enable_ep_overlap applied)
     check_ep_overlap(cfg, *, environment=None) -> list[Violation]
     disable_ep_overlap(cfg) -> list[FieldChange]
     describe(gpu, num_gpus, ...) / probe() -> ClusterEnvironment
@@ -27,6 +28,7 @@ __version__ = "0.2.0"
 _EXPORTS = {
     "enable_ep_overlap": "core.enable",
     "disable_ep_overlap": "core.enable",
+    "ep_overlap": "core.decorate",
     "check_ep_overlap": "core.engine",
     "EPOverlapError": "base.errors",
     "UsageError": "base.errors",
@@ -51,7 +53,7 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if _EXPORTS[name] in ("core.enable", "core.engine", "core.forward_step", "pipeline"):
+    if _EXPORTS[name] in ("core.enable", "core.decorate", "core.engine", "core.forward_step", "pipeline"):
         from .target import shims
 
         shims.install()  # these import Megatron-Bridge: MB 0.6.2 needs TE / NVRx placeholders without them
@@ -66,6 +68,7 @@ def __dir__():
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .pipeline import build
+    from .core.decorate import ep_overlap
     from .core.enable import disable_ep_overlap, enable_ep_overlap
     from .core.engine import check_ep_overlap
     from .base.errors import EPOverlapError, Severity, UpstreamRefusal, UsageError, Violation

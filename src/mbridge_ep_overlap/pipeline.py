@@ -58,7 +58,8 @@ def resolve_target(spec: RunSpec, recipe: Recipe) -> ClusterEnvironment:
         recipe.config(spec.hf_config_dir)  # a MODULE:FUNCTION that is no recipe is the first thing to say
         raise UsageError("target", f"{'?' if gpu is None else gpu} x {'?' if num is None else num} GPUs",
                          f"--gpu and --num-gpus (recipe {recipe.name} does not say which cluster it is for)")
-    return describe(gpu, num, te_version=te_version(t.te), deep_ep_version=deep_ep_version(t.deep_ep))
+    return describe(gpu, num, te_version=te_version(t.te), deep_ep_version=deep_ep_version(t.deep_ep),
+                    env_vars=t.exported())
 
 
 def _apply_sizes(cfg: Any, spec: RunSpec) -> None:

@@ -16,7 +16,8 @@ Contract
   ``MODULE:FUNCTION`` naming any zero-argument function returning a Megatron-Bridge
   ``ConfigContainer`` (MB's recipes, NVIDIA's ``perf_recipes``, a user's own module).
   ``resolve_recipe`` finds it without importing Megatron (a malformed ``MODULE:FUNCTION`` is refused
-  by ``validated()`` first, in a fraction of a second); ``Recipe.config()`` builds it offline,
+  by ``validated()`` first, in a fraction of a second; an unknown name with the closest registered
+  names); ``Recipe.config()`` builds it offline,
   recording its own calls of MB's ``apply_flex_dispatcher_backend`` (``core.dispatcher``).
 
 Nothing here imports torch or Megatron at module level.
@@ -40,7 +41,7 @@ from .core.arguments import require_config
 from .core.dispatcher import recording_recipe_requests
 from .target import shims
 from .target.offline import offline_architectures
-from .target.stack import is_version
+from .target.stack import is_version, require_possible_te
 
 RECIPE_ENTRY_POINTS = "mbridge_ep_overlap.recipes"
 SIZE_FIELDS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
@@ -60,6 +61,16 @@ class TargetSpec:
     """Transformer Engine on the target: a version, "none", or None for the reference stack."""
     deep_ep: str | None = None
     """DeepEP on the target: a version, "none", or None for unknown."""
+    env: tuple[str, ...] = ()
+    """The job's exported environment ("KEY=VALUE"): an exported value wins over cfg.env_vars (MB's
+    setdefault), so the rules judge it."""
+
+    def replace(self, **changes: Any) -> "TargetSpec":
+        return dataclasses.replace(self, **changes)
+
+    def exported(self) -> dict[str, str]:
+        """``env`` as a dict (a later KEY=VALUE wins, as in a shell)."""
+        return dict(item.split("=", 1) for item in self.env)
 
     def validated(self) -> "TargetSpec":
         if not isinstance(self.this_machine, bool):
@@ -75,6 +86,18 @@ class TargetSpec:
             if value is not None and not (isinstance(value, str) and (value == "none" or is_version(value))):
                 raise UsageError(f"{name} version", value, "a version such as 2.10.0 (PEP 440, no blanks), or 'none'",
                                  "invalid")
+        require_possible_te(self.te)
+        if isinstance(self.env, str) or not isinstance(self.env, (tuple, list)):
+            raise UsageError("exported environment", self.env, "a tuple of 'KEY=VALUE' strings", "invalid")
+        for item in self.env:
+            if not isinstance(item, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", item, re.S):
+                raise UsageError("exported environment", item, "KEY=VALUE with a variable name, e.g. "
+                                 "CUDA_DEVICE_MAX_CONNECTIONS=32", "malformed")
+            if "\n" in item or "\0" in item:
+                raise UsageError("exported environment", item, "a value on one line", "malformed")
+        if self.this_machine and self.env:  # a run on this machine reads its own environment
+            raise UsageError("exported environment", list(self.env), "none for a run on this machine (it reads its "
+                             "own environment: export the variables before launching)", "invalid")
         return self
 
 
@@ -278,8 +301,18 @@ def resolve_recipe(name: str) -> Recipe:
         return Recipe(name, RecipeEntry(function=name, gpu=gpu, num_gpus=num, dispatcher=None, delay_wgrad=None))
     registry = registered_recipes()
     if name not in registry:
-        raise UsageError("recipe", name, sorted(registry) + ["MODULE:FUNCTION"])
+        raise UsageError("recipe", name, _recipe_choices(name, registry))
     return Recipe(name, registry[name])
+
+
+def _recipe_choices(name: str, registry: dict[str, RecipeEntry]) -> str:
+    """The allowed recipes, the names closest to a misspelt one first."""
+    import difflib
+
+    every = ", ".join([*sorted(registry), "MODULE:FUNCTION"])
+    by_lower = {n.lower(): n for n in registry}
+    close = [by_lower[n] for n in difflib.get_close_matches(str(name).lower(), list(by_lower), n=3, cutoff=0.75)]
+    return f"{', '.join(close)} (closest to it); every one: {every}" if close else every
 
 
 __all__ = ["RunSpec", "TargetSpec", "RecipeEntry", "Recipe", "resolve_recipe", "registered_recipes", "DISPATCHERS"]

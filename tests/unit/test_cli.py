@@ -123,14 +123,15 @@ def test_upstream_refusal_without_a_rule_is_reported_cleanly(capsys):
 @pytest.mark.parametrize("override,code,shown", [
     (None, 0, "env CUDA_DEVICE_MAX_CONNECTIONS=32  (default: set in cfg.env_vars)"),
     ("env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8", 0, "env CUDA_DEVICE_MAX_CONNECTIONS=8  (set by an override: what the run gets"),
-    ("env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1", 0, "env CUDA_DEVICE_MAX_CONNECTIONS=1  (set by an override: what the run gets"),
+    ("env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1", 1, "[error] cuda-device-max-connections: CUDA_DEVICE_MAX_CONNECTIONS=1"),
     ("env_vars.CUDA_DEVICE_MAX_CONNECTIONS=abc", 1, "cuda-device-max-connections-value"),
     ("env_vars.CUDA_DEVICE_MAX_CONNECTIONS=64", 1, "cuda-device-max-connections-value"),
     ("env_vars.CUDA_DEVICE_MAX_CONNECTIONS=0", 1, "cuda-device-max-connections-value"),
 ], ids=["plan's", "8", "1", "abc", "64", "0"])
 def test_plan_shows_the_environment_the_run_gets(override, code, shown, capsys):
     """An override after the plan set CUDA_DEVICE_MAX_CONNECTIONS=32: the plan shows the value the run
-    gets, never the 32 it replaced; a value outside CUDA's 1..32 is refused naming it."""
+    gets, never the 32 it replaced; 1 (it serialises the all-to-all) and a value outside CUDA's 1..32 are
+    refused naming it."""
     argv = ["plan", "--no-predict"] + (["--set", override] if override else [])
     assert main(argv) == code
     out = capsys.readouterr().out

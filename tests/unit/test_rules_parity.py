@@ -186,6 +186,7 @@ CASES = [
     Case("forward-step-signature", lambda cfg: None, forward_step=two_arg_forward_step),
     Case("cuda-device-max-connections", set_cfg(env_vars={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})),
     Case("tested-versions", lambda cfg: None, env={"mcore_version": "0.18.0"}),
+    Case("stack-versions-known", lambda cfg: None, env={"te_version": "99.0"}),
     Case("early-attn-release-needs-overlap",
          chain(m(ep_overlap_early_attn_memory_release=True), co(overlap_moe_expert_parallel_comm=False))),
     Case("ncclep-expert-fc1-offload",

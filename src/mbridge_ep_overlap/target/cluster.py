@@ -22,7 +22,7 @@ from typing import Any
 from ..base.errors import UsageError
 from ..base.sizes import positive_int
 from ..base.gpus import GPU_CATALOG, canonical_gpu
-from .stack import REFERENCE_TE_VERSION, is_version
+from .stack import REFERENCE_TE_VERSION, is_version, require_possible_te
 
 # Launcher variables EP overlap depends on (read by the doctor and by the rules).
 RELEVANT_ENV_VARS = (
@@ -137,6 +137,7 @@ def describe(
         if value is not None and not (isinstance(value, str) and (value == "" or is_version(value))):
             raise UsageError(what, value, "a version string such as 2.18.0 (PEP 440, no blanks), '' for none, or None "
                              "for unknown", "invalid")
+    require_possible_te(te_version, "te_version")
     if env_vars is not None and not isinstance(env_vars, dict):
         raise UsageError("env_vars", env_vars, "a dict of variable name -> value", "invalid")
     g = GPU_CATALOG[canonical_gpu(gpu)]

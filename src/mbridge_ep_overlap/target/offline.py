@@ -9,19 +9,26 @@ ships (``hf_configs/``, public configs), or from the local Hugging Face hub cach
 ``config.json``), always through MB's real ``AutoBridge`` conversion so the providers are exactly
 what MB builds. An id found nowhere is refused with one ``UsageError`` naming the model; the
 network is never touched. A local folder path is passed through. Nothing outside the context is
-changed.
+changed. Inside an enclosing ``offline_architectures`` a nested one without a folder of its own
+changes nothing: the enclosing one (and its ``extra_dir``) answers.
+
+``builds_offline(recipe)`` wraps a recipe function so that calling it is offline whatever the
+environment (``HF_HUB_OFFLINE`` set or not, a network or none): every shipped recipe is decorated
+with it, so ``qwen3_30b_a3b()`` works as written.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from ..base.errors import UsageError
 
 HF_CONFIG_DIR = Path(__file__).parent / "hf_configs"
+_depth = 0  # how many offline_architectures contexts are open (a nested one defers to the outer)
 
 
 def shipped_models() -> dict[str, Path]:
@@ -63,6 +70,10 @@ def _check_config_file(path: Path) -> None:
 
 @contextlib.contextmanager
 def offline_architectures(extra_dir: str | os.PathLike | None = None) -> Iterator[None]:
+    global _depth
+    if _depth and extra_dir is None:  # the enclosing context already answers, with its own folder
+        yield
+        return
     from megatron.bridge import AutoBridge
 
     if extra_dir is not None and not Path(extra_dir).is_dir():
@@ -88,7 +99,20 @@ def offline_architectures(extra_dir: str | os.PathLike | None = None) -> Iterato
         return original.__func__(cls, str(folder), **kwargs)
 
     AutoBridge.from_hf_pretrained = classmethod(from_hf_pretrained)
+    _depth += 1
     try:
         yield
     finally:
+        _depth -= 1
         AutoBridge.from_hf_pretrained = original
+
+
+def builds_offline(recipe: Callable[..., Any]) -> Callable[..., Any]:
+    """``recipe`` called inside ``offline_architectures()`` (module docstring); ``__wrapped__`` is it."""
+
+    @functools.wraps(recipe)
+    def offline_recipe(*args: Any, **kwargs: Any) -> Any:
+        with offline_architectures():
+            return recipe(*args, **kwargs)
+
+    return offline_recipe

@@ -4,7 +4,7 @@ Contract: ``add_spec_arguments(parser)`` adds the run-description flags (recipe,
 dispatcher, delayed wgrad, all-to-all priority, resolve, parallel and batch sizes, target,
 overrides) to any parser; ``parse(parser, argv)`` parses them (trailing ``key=value`` tokens are
 overrides, an unknown ``--flag`` is an error); ``spec_from_args(ns)`` maps the result onto a
-``RunSpec`` and ``to_argv(spec)`` maps a spec back onto ``run_script.py`` flags (the benchmark
+``RunSpec`` (an unknown recipe name refused there, before Megatron is imported) and ``to_argv(spec)`` maps a spec back onto ``run_script.py`` flags (the benchmark
 and the Slurm job launch with them). The two are inverse for every field but the target, which a
 launched job probes on its own node. No torch or Megatron import.
 """
@@ -31,7 +31,7 @@ SIZE_FLAGS = {
 FIELD_FLAGS = {**{name: flag for flag, name in SIZE_FLAGS.items()}, "delay_wgrad": "--delay-wgrad",
                "high_priority_a2a": "--a2a-priority", "dispatcher": "--dispatcher", "resolve": "--resolve",
                "number of GPUs": "--num-gpus", "te version": "--te", "deep_ep version": "--deep-ep",
-               "hf_config_dir": "--hf-config-dir"}
+               "hf_config_dir": "--hf-config-dir", "exported environment": "--env"}
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser, *, recipe_default: str | None = None) -> None:
@@ -59,6 +59,9 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, recipe_default: str |
     t.add_argument("--te", default=None, metavar="VERSION|none",
                    help="Transformer Engine on the target (default: the reference stack of MB 0.6.2)")
     t.add_argument("--deep-ep", default=None, metavar="VERSION|none", help="DeepEP on the target (default: unknown)")
+    t.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", dest="exported_env",
+                   help="a variable the job's launcher exports (repeatable): it wins over cfg.env_vars, so the "
+                        "plan judges it")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print every warning the libraries raise as they wrote it (same as EP_OVERLAP_VERBOSE=1)")
     parser.add_argument("overrides", nargs="*", help="Hydra-style key=value overrides, applied last")
@@ -77,8 +80,15 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
 
 
 def spec_from_args(args: argparse.Namespace, *, this_machine: bool = False, num_gpus: int | None = None) -> RunSpec:
+    """The validated spec; a registered recipe name is resolved here, before any front end imports
+    Megatron, so a misspelt one is refused in a fraction of a second."""
+    from ..spec import resolve_recipe
+
     try:
-        return _spec(args, this_machine, num_gpus)
+        spec = _spec(args, this_machine, num_gpus)
+        if ":" not in spec.recipe:
+            resolve_recipe(spec.recipe)
+        return spec
     except UsageError as e:
         if e.what not in FIELD_FLAGS:
             raise
@@ -98,7 +108,7 @@ def _spec(args: argparse.Namespace, this_machine: bool, num_gpus: int | None) ->
         overrides=tuple([*args.set_overrides, *args.overrides]),
         hf_config_dir=args.hf_config_dir,
         target=TargetSpec(this_machine=this_machine, gpu=args.gpu, num_gpus=num_gpus or args.num_gpus,
-                          te=args.te, deep_ep=args.deep_ep),
+                          te=args.te, deep_ep=args.deep_ep, env=tuple(getattr(args, "exported_env", ()))),
         **{name: getattr(args, name) for name in SIZE_FLAGS.values()},
     ).validated()
 

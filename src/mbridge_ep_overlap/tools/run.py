@@ -111,10 +111,11 @@ def writable_folder(path: str) -> Path:
 
 
 def _dry_run(args: argparse.Namespace) -> int:
+    out = writable_folder(args.output_dir)
+    spec = spec_from_args(args)  # bad usage (an unknown recipe) refused before Megatron is imported
     from ..core import export  # start-up speed: the export module imports Megatron-Bridge
 
-    out = writable_folder(args.output_dir)
-    outcome = judge(spec_from_args(args), predict=args.predict, all_rules=args.rules)
+    outcome = judge(spec, predict=args.predict, all_rules=args.rules)
     print("\n".join(outcome.lines))
     if outcome.code:
         return outcome.code
@@ -152,6 +153,7 @@ def train(args: argparse.Namespace) -> int:
     faulthandler.enable(file=crash_stream(), all_threads=True)
     out = writable_folder(args.output_dir)
     summary = str(_writable_file(args.summary_json)) if args.summary_json else None
+    spec = spec_from_args(args, this_machine=True)  # bad usage refused before Megatron is imported
     from ..target import shims
 
     shims.install()
@@ -160,7 +162,7 @@ def train(args: argparse.Namespace) -> int:
 
     counter = ScheduleCounter().install()
     try:
-        return _train(args, out, summary, counter, counter.wrap_forward_step(forward_step))
+        return _train(args, spec, out, summary, counter, counter.wrap_forward_step(forward_step))
     finally:
         counter.uninstall()
 
@@ -197,7 +199,7 @@ def reexec_if_env_too_late(cfg) -> None:
     os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
-def _train(args: argparse.Namespace, out: Path, summary: str | None, counter, step) -> int:
+def _train(args: argparse.Namespace, spec, out: Path, summary: str | None, counter, step) -> int:
     from megatron.bridge.training.pretrain import pretrain
 
     from ..core import enforcement
@@ -205,7 +207,6 @@ def _train(args: argparse.Namespace, out: Path, summary: str | None, counter, st
     from .evidence import RunRecorder
     from .rank_evidence import evidence_callbacks
 
-    spec = spec_from_args(args, this_machine=True)
     built = build(spec, forward_step_func=step)
     if built.plan is not None and int(os.environ.get("RANK", "0")) == 0:
         print(built.plan.to_table(), flush=True)

@@ -15,7 +15,8 @@ script that
   ``cfg.env_vars``** - ``CUDA_DEVICE_MAX_CONNECTIONS`` and HybridEP's NVLink-domain variables from the
   plan, the recipe's NCCL settings - before any process starts, plus the NVLink-multicast-off
   variables (``launch.MULTICAST_OFF``, which win over a recipe's value unless ``--nvlink-multicast
-  on``) and the rendezvous variables;
+  on``), every ``--env KEY=VALUE`` (exported last, so in force) and the rendezvous variables; the plan
+  is judged with the multicast-off and ``--env`` values as the job will have them;
 * runs ``srun`` -> ``torchrun`` (one launcher per node, c10d rendezvous) -> ``scripts/run_script.py``
   with the spec's flags (``flags.to_argv``).
 
@@ -57,7 +58,7 @@ from ..base.errors import UsageError
 from .exits import OneLineArgumentParser, positive_int, run_reporting_errors, stdout_to_stderr
 from .flags import add_spec_arguments, parse, spec_from_args, to_argv
 from . import plan_report
-from .launch import launch_environment
+from .launch import MULTICAST_OFF, launch_environment
 from . import slurm_variants
 from .slurm_script import (ENV_COMMENT, RENDEZVOUS, JobFiles, export_lines, header, job_name,  # noqa: F401 - the
                            launch_line, job_prediction, plan_json, render)  # job script's parts, re-exported
@@ -129,6 +130,7 @@ def _side(spec, built, finalized: dict, args: argparse.Namespace) -> _Side:
     recipe_env = job_environment(built.cfg)
     env_vars = launch_environment(recipe_env) if args.nvlink_multicast == "off" else recipe_env
     overridden = {k: v for k, v in recipe_env.items() if env_vars.get(k) != v}
+    env_vars = {**env_vars, **spec.target.exported()}  # --env: exported last, so in force (and judged)
     return _Side(spec, built, finalized, env_vars, overridden)
 
 
@@ -224,6 +226,9 @@ def _emit(args: argparse.Namespace) -> int:
         raise UsageError("--yes", None, "this shell cannot ask before submitting (stdin is not a terminal): "
                          "pass --yes to submit, or --dryrun to write the job only", "missing")
     spec = spec_from_args(args, num_gpus=args.nodes * args.gpus_per_node)  # the recipe named well, first
+    if args.nvlink_multicast == "off":  # the job exports these: the plan judges the environment it will have
+        spec = spec.replace(target=spec.target.replace(env=(*(f"{k}={v}" for k, v in MULTICAST_OFF.items()),
+                                                            *spec.target.env)))
     files = JobFiles(Path(args.log_dir).absolute(), sbatch_value("--job-name", job_name(args)))
     test = None
     if not args.dryrun:  # before the build: a cluster that is not there, or refuses the request, says so at once

@@ -4,6 +4,7 @@ of the same family lives in ``advice``)."""
 from __future__ import annotations
 
 from ...base.errors import Severity
+from ...target.stack import unknown_versions
 from ..facts import Facts
 from .base import Family, Upstream, When, rule, te_known, version_at_least
 
@@ -24,14 +25,14 @@ def torch_version(f: Facts) -> bool:
 
 
 @family("cuda-device-max-connections", When.OVERLAP, "env_vars.CUDA_DEVICE_MAX_CONNECTIONS",
-        severity=Severity.WARNING, required="> 1 (32 recommended)",
-        current=lambda f: f.env_var("CUDA_DEVICE_MAX_CONNECTIONS"))
+        required="> 1 (32 recommended)", current=lambda f: f.env_var("CUDA_DEVICE_MAX_CONNECTIONS"))
 def cuda_device_max_connections(f: Facts) -> bool:
-    """CUDA_DEVICE_MAX_CONNECTIONS=1 serialises the all-to-all stream behind compute (about half the
-    gain lost).
+    """CUDA_DEVICE_MAX_CONNECTIONS=1 in force (the launcher's exported value wins over cfg.env_vars:
+    MB only sets what is not exported) serialises the all-to-all stream behind compute: the overlap
+    hides nothing.
 
-    Fix: export CUDA_DEVICE_MAX_CONNECTIONS=32 before the process starts (a launcher value wins over
-    cfg.env_vars).
+    Fix: unset CUDA_DEVICE_MAX_CONNECTIONS in the launcher, or export CUDA_DEVICE_MAX_CONNECTIONS=32
+    there (and keep 32 in cfg.env_vars).
     """
     return f.env_var("CUDA_DEVICE_MAX_CONNECTIONS") != "1"
 
@@ -45,6 +46,23 @@ def tested_versions(f: Facts) -> bool:
     Fix: install megatron-core==0.19.2 and megatron-bridge==0.6.2.
     """
     return (f.env.mcore_version, f.env.mb_version) == TESTED_PAIR
+
+
+def _unknown_versions(f: Facts) -> str | None:
+    return "; ".join(unknown_versions(f.env.te_version, f.env.deep_ep_version)) or None
+
+
+@family("stack-versions-known", When.ALWAYS, "environment.te_version", severity=Severity.ADVICE,
+        required="TE 2.7 to 2.18 and DeepEP 1.0 to 1.2 (the versions these rules were checked against)",
+        current=_unknown_versions)
+def stack_versions_known(f: Facts) -> bool:
+    """the target's Transformer Engine or DeepEP is outside the versions these rules were checked
+    against: the verdict is the rules' as they stand, and the value found says what it assumes.
+
+    Fix: check the plan against a run on that stack (mbridge-ep-overlap bench), or use TE 2.7 to 2.18
+    and DeepEP 1.0 to 1.2.
+    """
+    return _unknown_versions(f) is None
 
 
 TE_ONLY_FEATURES = (  # model field -> the value that needs Transformer Engine
