@@ -26,6 +26,7 @@ Nothing here imports torch or Megatron at module level.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import importlib.metadata
 import inspect
@@ -307,8 +308,6 @@ def resolve_recipe(name: str) -> Recipe:
 
 def _recipe_choices(name: str, registry: dict[str, RecipeEntry]) -> str:
     """The allowed recipes, the names closest to a misspelt one first."""
-    import difflib
-
     every = ", ".join([*sorted(registry), "MODULE:FUNCTION"])
     by_lower = {n.lower(): n for n in registry}
     close = [by_lower[n] for n in difflib.get_close_matches(str(name).lower(), list(by_lower), n=3, cutoff=0.75)]

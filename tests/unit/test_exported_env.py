@@ -17,15 +17,15 @@ FIX = "unset CUDA_DEVICE_MAX_CONNECTIONS in the launcher, or export CUDA_DEVICE_
 
 
 @pytest.mark.parametrize("flags,code,expected", [
-    ([], 0, "env CUDA_DEVICE_MAX_CONNECTIONS=32  (set in cfg.env_vars)"),
-    (["--env", "CUDA_DEVICE_MAX_CONNECTIONS=32"], 0, "env CUDA_DEVICE_MAX_CONNECTIONS=32  (set in cfg.env_vars)"),
+    ([], 0, "env CUDA_DEVICE_MAX_CONNECTIONS=32  (default: set in cfg.env_vars)"),
+    (["--env", "CUDA_DEVICE_MAX_CONNECTIONS=32"], 0, "env CUDA_DEVICE_MAX_CONNECTIONS=32  (default: set in cfg.env_vars)"),
     (["--env", "CUDA_DEVICE_MAX_CONNECTIONS=1"], 1, FIX),
     (["--env", "CUDA_DEVICE_MAX_CONNECTIONS=32", "--env", "CUDA_DEVICE_MAX_CONNECTIONS=1"], 1, FIX),  # last wins
     (["--env", "CUDA_DEVICE_MAX_CONNECTIONS=1", "--ep-overlap", "off"], 0, "EP overlap off (as asked)"),
-    (["--env", "CUDA_DEVICE_MAX_CONNECTIONS=16"], 0, "env CUDA_DEVICE_MAX_CONNECTIONS=16  (what the run gets"),
+    (["--env", "CUDA_DEVICE_MAX_CONNECTIONS=16"], 0, "env CUDA_DEVICE_MAX_CONNECTIONS=16  (set by an override: what the run gets"),
     (["--env", "CUDA_DEVICE_MAX_CONNECTIONS=99"], 1, "cuda-device-max-connections-value"),
     (["--env", "CUDA_DEVICE_MAX_CONNECTIONS=abc"], 1, "cuda-device-max-connections-value"),
-    (["--env", "NCCL_DEBUG=INFO"], 0, "env CUDA_DEVICE_MAX_CONNECTIONS=32  (set in cfg.env_vars)"),
+    (["--env", "NCCL_DEBUG=INFO"], 0, "env CUDA_DEVICE_MAX_CONNECTIONS=32  (default: set in cfg.env_vars)"),
 ])
 def test_plan_judges_the_exported_value(flags, code, expected, capsys):
     assert main(["plan", "--recipe", "qwen3_30b_a3b", "--no-predict", *flags]) == code

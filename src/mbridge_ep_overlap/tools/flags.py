@@ -15,7 +15,7 @@ import argparse
 
 from ..base.choices import A2A_PRIORITIES, DISPATCHERS, ON_OFF, RESOLVE_MODES, canonical_dispatcher
 from ..base.errors import UsageError
-from ..spec import RunSpec, TargetSpec
+from ..spec import RunSpec, TargetSpec, resolve_recipe
 from ..base.gpus import GPU_CATALOG, canonical_gpu
 from .exits import positive_int
 
@@ -82,8 +82,6 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
 def spec_from_args(args: argparse.Namespace, *, this_machine: bool = False, num_gpus: int | None = None) -> RunSpec:
     """The validated spec; a registered recipe name is resolved here, before any front end imports
     Megatron, so a misspelt one is refused in a fraction of a second."""
-    from ..spec import resolve_recipe
-
     try:
         spec = _spec(args, this_machine, num_gpus)
         if ":" not in spec.recipe:
