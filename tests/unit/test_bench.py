@@ -11,7 +11,7 @@ from mbridge_ep_overlap.base.errors import UsageError
 
 
 def summary(times, losses, profile=None):
-    steps = [{"iteration": i, "loss": l, "skipped": False, "step_time_s": t} for i, (t, l) in enumerate(zip(times, losses))]
+    steps = [{"iteration": i, "loss": loss, "skipped": False, "step_time_s": t} for i, (t, loss) in enumerate(zip(times, losses))]
     return {"steps": steps, "peak_memory_gib_per_rank": [10.0, 12.5], "finalized": {}, "profile": profile}
 
 

@@ -26,7 +26,8 @@ _RARE = "only on the path that needs it (a failure, a plot, an optional check): 
 
 # (module, imported module) -> why it is imported inside a function
 DEFERRED: dict[tuple[str, str], str] = {
-    ("mbridge_ep_overlap", "mbridge_ep_overlap.target.shims"): "the package's lazy public API (PEP 562 __getattr__): importing the package loads nothing",
+    ("mbridge_ep_overlap", "mbridge_ep_overlap.target.shims"):
+        "the package's lazy public API (PEP 562 __getattr__): importing the package loads nothing",
     ("mbridge_ep_overlap.core.dispatcher", "types"): _RARE,
     ("mbridge_ep_overlap.core.dispatcher", "mbridge_ep_overlap.predict.config"): _MODEL,
     ("mbridge_ep_overlap.core.facts", "mbridge_ep_overlap.predict.config"): _MODEL,

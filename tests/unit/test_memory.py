@@ -6,7 +6,6 @@ configs, described targets."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 from types import SimpleNamespace as NS
 
 import pytest

@@ -130,7 +130,7 @@ def test_one_layout_for_plan_dryrun_and_slurm(flags, code, tmp_path, capsys):
     assert script[0] == "#!/bin/bash" and script[1].startswith("#SBATCH --job-name="), script[:3]
     at = next(i for i, line in enumerate(script) if i and not line.startswith("#SBATCH"))
     assert [line[2:] for line in script[at:at + len(plan)]] == plan  # after the #SBATCH header, before any command
-    assert all(line.startswith("#") for line in script[:at + len(plan)]) and any(l.startswith("srun") for l in script)
+    assert all(line.startswith("#") for line in script[:at + len(plan)]) and any(line.startswith("srun") for line in script)
 
 
 @pytest.mark.parametrize("flags", [["--rules"], ["--predict"]])

@@ -13,7 +13,7 @@ import pytest
 from mbridge_ep_overlap.predict import Cluster, StepInputs, predict
 from mbridge_ep_overlap.predict import precision as prec
 from mbridge_ep_overlap.predict.config import CannotPredict, for_config, hybrid_layers, unmodelled
-from mbridge_ep_overlap.predict.costs import a2a_cost, default_calibration, hardware, layer_costs
+from mbridge_ep_overlap.predict.costs import a2a_cost, default_calibration, layer_costs
 
 HW = json.loads((Path(prec.__file__).parent / "hardware.json").read_text())
 

@@ -60,8 +60,8 @@ class FakeCluster:
         on = args[args.index("--ep-overlap") + 1] == "on"
         step, peak, dloss = (OVERLAP_S, 43.6, 0.0) if on else (OFF_S, 38.1, 0.0)
         for key in keys:
-            d, f, l = EFFECTS.get(key, (0.0, 1.0, 0.0))
-            step, peak, dloss = step + d, peak * f, dloss + l
+            d, f, dl = EFFECTS.get(key, (0.0, 1.0, 0.0))
+            step, peak, dloss = step + d, peak * f, dloss + dl
         self.calls.append({"name": name, "args": list(args), "env": dict(env or {}), "nccl": nccl, "step": step})
         steps = [{"iteration": i, "loss": 10 - 0.1 * i + (dloss if i == 4 else 0.0), "skipped": False,
                   "step_time_s": step * (1.3 if i == 0 else 1.0)} for i in range(8)]
@@ -123,7 +123,7 @@ def test_greedy_search_order_disqualification_and_winner(cluster, tmp_path, caps
 
 def test_files_written_for_the_winner(cluster, tmp_path):
     out = tmp_path / "t"
-    o = run_tune(cluster, out, 10_000)
+    run_tune(cluster, out, 10_000)
     t = json.loads((out / "tuned.json").read_text())
     yaml_path = (out / "nccl_communicator.yaml").resolve()
     assert t["ep_overlap"] is True and t["dispatcher"] == "alltoall"

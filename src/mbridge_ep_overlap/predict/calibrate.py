@@ -189,8 +189,8 @@ def _calibration_dict(cal: Calibration) -> dict[str, Any]:
         "gemm_efficiency": cal.gemm_efficiency, "memory_efficiency": cal.memory_efficiency,
         "nvlink_alltoall_efficiency": cal.nvlink_alltoall_efficiency, "nvlink_contention": cal.nvlink_contention,
         "nvlink_comm_slowdown": cal.nvlink_comm_slowdown,
-        "links": {n: {"bandwidth_GBps": l.bandwidth_GBps, "latency_s": l.latency_s, "contention": l.contention,
-                      "comm_slowdown": l.comm_slowdown} for n, l in cal.links.items()},
+        "links": {n: {"bandwidth_GBps": link.bandwidth_GBps, "latency_s": link.latency_s, "contention": link.contention,
+                      "comm_slowdown": link.comm_slowdown} for n, link in cal.links.items()},
         "host_s_per_microbatch": cal.host_s_per_microbatch, "host_s_per_mask_byte": cal.host_s_per_mask_byte,
         "stream_priority_delay": cal.stream_priority_delay,
         "deepep_dispatch_sync_s": cal.deepep_dispatch_sync_s,
@@ -213,7 +213,7 @@ def fit(rows: Sequence[BenchRow], calibration_ids: Sequence[str] = DEFAULT_CALIB
         base, gemm_efficiency=0.5, memory_efficiency=0.5, nvlink_alltoall_efficiency=0.5, nvlink_contention=0.0,
         nvlink_comm_slowdown=0.0, host_s_per_microbatch=0.0, host_s_per_mask_byte=0.0, stream_priority_delay=0.0,
         deepep_dispatch_sync_s=0.0,
-        links={n: dataclasses.replace(l, contention=0.0, comm_slowdown=0.0) for n, l in base.links.items()})
+        links={n: dataclasses.replace(link, contention=0.0, comm_slowdown=0.0) for n, link in base.links.items()})
 
     # 1. compute: time = A / gemm_eff + B / mem_eff
     big = 1e12

@@ -327,7 +327,6 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
         q_proj = (2 * T * h * q_in + 2 * T * q_in * nh * dqk) if q_in else 2 * T * h * nh * dqk
         kv_proj = 2 * T * h * (i.kv_lora_rank + (i.qk_pos_emb_head_dim or 64)) \
             + 2 * T * i.kv_lora_rank * nh * ((i.qk_head_dim or 128) + dv)
-        attn_lin = q_proj + kv_proj + 2 * T * nh * dv * h
         attn_lin_t = lambda: lin(q_proj, 2 if q_in else 1) + lin(kv_proj, 2) + lin(2 * T * nh * dv * h)  # noqa: E731
         core = 2 * T * S * nh * (dqk + dv) * causal
         rope_elems = T * nh * (i.qk_pos_emb_head_dim or 64) * 2
@@ -337,7 +336,6 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
     else:
         kv = i.kv_channels
         ng = i.num_query_groups
-        attn_lin = 2 * T * h * (nh * kv + 2 * ng * kv) + 2 * T * nh * kv * h
         attn_lin_t = lambda: lin(2 * T * h * (nh * kv + 2 * ng * kv)) + lin(2 * T * nh * kv * h)  # noqa: E731
         core = 4 * T * S * nh * kv * causal
         rope_elems = T * (nh + ng) * kv * 2

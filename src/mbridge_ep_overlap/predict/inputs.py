@@ -164,7 +164,7 @@ class LinkSpec:
     the transfer slows down while compute runs beside it (``comm_slowdown``); 0 = none."""
 
     name: str
-    bandwidth_GBps: float
+    bandwidth_GBps: float  # noqa: N815 - the unit is part of the name (GB/s)
     latency_s: float
     contention: float = 0.0
     comm_slowdown: float = 0.0

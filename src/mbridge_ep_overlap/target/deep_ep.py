@@ -37,7 +37,7 @@ def deep_ep_info() -> DeepEPInfo:
     """What ``deep_ep`` is here: version, HybridEP, and whether its extension links NVSHMEM."""
     try:
         import deep_ep
-    except Exception:  # ImportError, or OSError from a build for another CUDA
+    except Exception:  # noqa: BLE001 - ImportError, or OSError from a build for another CUDA
         return DeepEPInfo("")
     version = getattr(deep_ep, "__version__", "") or dist_version("deep_ep", "deep-ep") or "unknown"
     nvshmem = _links_nvshmem("deep_ep_cpp")

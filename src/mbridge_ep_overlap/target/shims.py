@@ -13,7 +13,8 @@ nothing on the EP-overlap path uses them there:
   PyPI (0.4.1) cannot simply be installed: megatron-core 0.19.2 asserts NVRx >= 0.6.0 at import.
 
 Nothing is installed at import: ``install()`` is called explicitly by the modules that import
-Megatron-Bridge (``core.enforcement``, the tools' MB entry points). It adds one import hook that answers an import of such a package with a placeholder
+Megatron-Bridge (``core.enforcement``, the tools' MB entry points). It adds one import hook that answers an
+import of such a package with a placeholder
 module **only** while one of the importers listed for it in ``SHIMS`` is executing, and only when
 the real package is missing. It promises:
 
@@ -92,7 +93,7 @@ class _PlaceholderLoader(importlib.abc.Loader):
         module = types.ModuleType(spec.name)
         module.__path__ = []
 
-        def __getattr__(attr: str):
+        def __getattr__(attr: str):  # noqa: N807 - the module-level __getattr__ of PEP 562
             if attr.startswith("__"):
                 raise AttributeError(attr)
             return _placeholder_class(f"{spec.name}.{attr}")
@@ -143,7 +144,7 @@ def _real_package_imports(shim: Shim) -> bool:
     _purge(shim.modules)
     try:
         __import__(shim.real_module)
-    except Exception:  # ImportError, or OSError for broken CUDA libraries
+    except Exception:  # noqa: BLE001 - ImportError, or OSError for broken CUDA libraries
         return False
     return not getattr(sys.modules.get(shim.package), _MARK, False)
 

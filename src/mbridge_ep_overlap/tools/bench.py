@@ -51,7 +51,6 @@ import errno
 import os
 import re
 import stat
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 

@@ -33,7 +33,6 @@ def cli_page(root: Path) -> str:
         out += _section(f"### {PROGRAM} {name}", sub)
     for script, module, argv in scripts(root):
         if module == cli.__name__:
-            target = _subcommands(parser)[argv[0]] if argv else parser
             out += [f"## {script}", "", f"Runs `{PROGRAM} {' '.join(argv)}`: the same flags "
                     f"([{PROGRAM} {' '.join(argv)}](#{'-'.join([PROGRAM, *argv])})).", ""]
             continue

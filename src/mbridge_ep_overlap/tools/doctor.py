@@ -68,7 +68,7 @@ def doctor_lines() -> list[str]:
                      f"{p.total_memory / 2**30:.0f} GiB)")
         try:
             lines.append(f"NCCL              : {'.'.join(map(str, torch.cuda.nccl.version()))}")
-        except Exception as e:  # pragma: no cover - depends on the build
+        except Exception as e:  # noqa: BLE001 - depends on the build; the line says why
             lines.append(f"NCCL              : unknown ({e})")
     else:
         lines.append("GPUs              : none visible (CUDA not available)")

@@ -4,7 +4,8 @@ Contract: ``add_spec_arguments(parser)`` adds the run-description flags (recipe,
 dispatcher, delayed wgrad, all-to-all priority, resolve, parallel and batch sizes, target,
 overrides) to any parser; ``parse(parser, argv)`` parses them (trailing ``key=value`` tokens are
 overrides, an unknown ``--flag`` is an error); ``spec_from_args(ns)`` maps the result onto a
-``RunSpec`` (an unknown recipe name refused there, before Megatron is imported) and ``to_argv(spec)`` maps a spec back onto ``run_script.py`` flags (the benchmark
+``RunSpec`` (an unknown recipe name refused there, before Megatron is imported) and ``to_argv(spec)`` maps a
+spec back onto ``run_script.py`` flags (the benchmark
 and the Slurm job launch with them). The two are inverse for every field but the target, which a
 launched job probes on its own node. No torch or Megatron import.
 """

@@ -24,14 +24,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..diagnose.crashes import (FATAL_ERRORS, SELF_INFLICTED, RankCrash, crash_report, faulthandler_stack,  # noqa: F401 - the launcher's readers, owned by diagnose

@@ -10,7 +10,8 @@ from __future__ import annotations
 from . import advice, delay_wgrad, environment, flex, memory, overlap, topology, values
 from .base import Family, Rule, Upstream, When
 
-RULES: tuple[Rule, ...] = (*values.RULES, *overlap.RULES, *delay_wgrad.RULES, *flex.RULES, *topology.RULES, *memory.RULES, *environment.RULES, *advice.RULES)
+RULES: tuple[Rule, ...] = (*values.RULES, *overlap.RULES, *delay_wgrad.RULES, *flex.RULES, *topology.RULES,
+                          *memory.RULES, *environment.RULES, *advice.RULES)
 RULES_BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
 if len(RULES_BY_ID) != len(RULES):
     _ids = [r.id for r in RULES]
