@@ -12,7 +12,7 @@ from mbridge_ep_overlap import enable_ep_overlap
 from mbridge_ep_overlap.core.provenance import Source
 from mbridge_ep_overlap.tools import cli
 
-R, Q, D, S, O = Source.RECIPE  # noqa: E741 - one letter per source keeps the table readable, Source.REQUESTED, Source.DEFAULT, Source.RESOLVE, Source.OVERRIDE
+R, Q, D, S, O = Source.RECIPE, Source.REQUESTED, Source.DEFAULT, Source.RESOLVE, Source.OVERRIDE  # noqa: E741 - a letter per source
 
 
 def test_the_vocabulary_is_five_words():
