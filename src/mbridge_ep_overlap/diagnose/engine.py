@@ -86,6 +86,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             if capture_left or _TORCHRUN_SUMMARY.match(text):
                 captured.append(raw)
                 capture_left = max(capture_left - 1, 0)
+        raised.finish()
         if captured:
             crash_text[_crash_name(src)] = "\n".join(captured) + "\n"
     if ev.texts:
