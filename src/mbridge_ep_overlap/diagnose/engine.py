@@ -11,7 +11,9 @@ dumps with torch's analyzer (``flight_recorder``), the diverging collective's fr
 schedule (``schedule``); a hang says which MoE layer each rank was last in when a watchdog event carries
 it, and that the layer is not in the evidence otherwise. ``AssertionError`` / ``ValueError`` /
 ``RuntimeError`` lines no hand-written signature names are looked up in the installed Megatron-Core /
-Megatron-Bridge source (``upstream_checks``). A NaN/Inf found by MCore names the rank and iteration.
+Megatron-Bridge source (``upstream_checks``), by their message or, when the log has none, by the
+traceback's innermost ``raise`` frame (``raise_frames``); a failed C++/CUDA check of Transformer Engine,
+DeepEP or torch's NCCL wrapper is named from the line its macro prints (``native_checks``). A NaN/Inf found by MCore names the rank and iteration.
 Findings are ranked: specific before generic, then by confidence, then by how many lines matched.
 Two or more PATHs that each hold iteration lines are also compared as runs (first = reference): a
 candidate not faster than the reference is a no-speed-up finding, with the reasons the facts give;
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import crashes, flight_recorder, prediction, schedule, upstream_checks
+from . import crashes, flight_recorder, native_checks, prediction, schedule, upstream_checks
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -60,6 +62,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     combined = re.compile("|".join(f"(?:{p})" for s in patterned for p in s.patterns))
     series = IterationSeries()
     raised = upstream_checks.RaisedErrors()
+    natives = native_checks.NativeChecks()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -77,6 +80,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
                         finding(s.id).add(f"{where}: {shown}")
             series.feed(text, where)
             raised.feed(text, where)
+            natives.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -95,6 +99,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
         diagnosis.read.append(f"faulthandler output of rank(s) {', '.join(sorted(str(s.rank) for s in ev.faulthandler))}")
 
     _numerics(series, finding)
+    _native(natives, ev, findings)
     _upstream(raised, findings)
     _crashes(crash_text, finding)
     _facts(ev, sigs, finding, diagnosis)
@@ -146,6 +151,14 @@ def _upstream(raised: upstream_checks.RaisedErrors, findings: dict[str, Finding]
     named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
     fresh = [e for e in raised.errors if not any(e.message[:120] in line for line in named)]
     for f in upstream_checks.findings(fresh):
+        findings.setdefault(f.signature.id, f)
+
+
+def _native(natives: native_checks.NativeChecks, ev: Evidence, findings: dict[str, Finding]) -> None:
+    """The native checks no hand-written signature already names (its evidence holds the line)."""
+    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
+    fresh = [c for c in natives.checks if not any(c[2][:120] in line for line in named)]
+    for f in native_checks.findings(fresh, ev.facts):
         findings.setdefault(f.signature.id, f)
 
 
