@@ -75,7 +75,8 @@ def named(error) -> tuple:
 def _check(rel: str, function: str, kind: str, line: int):
     """(check, file it is in, matched by file + function + exception) or (None, '', False)."""
     files = [rel] if function_checks(rel, function) else []
-    files += [f for f in upstream_source.defining_files(function) if f != rel and function_checks(f, function)]
+    others = [f for f in upstream_source.defining_files(function) if f != rel and function_checks(f, function)]
+    files += sorted(others, key=lambda f: _likeness(rel, f, function, kind), reverse=True)
     for found_in in files:
         checks = function_checks(found_in, function)
         same_kind = [c for c in checks if c.kind == kind]
@@ -83,6 +84,14 @@ def _check(rel: str, function: str, kind: str, line: int):
         best = min(pool, key=lambda c: abs(c.line - line))
         return best, found_in, bool(same_kind) and found_in == rel
     return None, "", False
+
+
+def _likeness(rel: str, other: str, function: str, kind: str) -> tuple:
+    """How likely ``other`` is where ``rel``'s function moved: the same file name, then the most path
+    parts in common, then a check raising the same exception (``__post_init__`` is in many files)."""
+    a, b = rel.split("/"), other.split("/")
+    return (a[-1] == b[-1], len(set(a[:-1]) & set(b[:-1])),
+            any(c.kind == kind for c in function_checks(other, function)), other)
 
 
 def function_checks(rel: str, function: str):
