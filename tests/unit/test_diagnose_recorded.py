@@ -79,6 +79,9 @@ def test_nccl_timeout_names_the_rank_the_collective_and_where_rank_0_waits():
     # where the other rank waits: from its NCCL watchdog's stack of the timed-out collective
     assert (f"rank {other} waits in ALLTOALL_BASE (group 25:EXPERT_MODEL_PARALLEL_GROUP, sequence number 193): "
             f"{t['where']}, {t['phase']} pass") in text
+    # each printed stack goes to its own timed-out collective: the parameter all-gather is no dispatch
+    assert ("rank 0 waits in COALESCED (group 31:EXPERT_DATA_PARALLEL_GROUP, sequence number 4): "
+            "not in a dispatch or combine") in text
     # the step: the iteration after the last one logged
     assert f"step: iteration {t['step']} (the last iteration logged is {t['step'] - 1}; none after it)" in text
     # what the evidence does not carry is said, not guessed

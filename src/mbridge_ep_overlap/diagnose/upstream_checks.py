@@ -12,7 +12,10 @@ named: a signature made from the ``upstream-check`` row (``signatures.config_err
 ``upstream-check:FILE:LINE``, cause "the check at FILE:LINE requires CONDITION", and the fix of the rule
 of this library that mirrors that check (its ``upstream_match`` matches the message) when one does,
 else the check itself. A message that is not in the installed source word for word (reworded, or from
-another version) names the nearest check with a lower confidence and says so.
+another version) names the nearest check with a lower confidence and says so. A traceback with no
+message (a bare exception, or a log cut after its frames; ``finish`` closes one), or whose message is
+in no check, is named from its innermost ``raise`` / ``assert`` frame when that is in megatron/core or
+megatron/bridge (``raise_frames``).
 """
 
 from __future__ import annotations

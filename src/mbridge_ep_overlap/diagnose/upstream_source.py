@@ -10,7 +10,11 @@ condition (the ``assert`` expression, or the ``if`` above the raise, negated whe
 body), and the message as a pattern (the literal parts of an f-string, ``%``- or ``.format``-string kept,
 every placeholder a wildcard). ``find(message)`` gives the check whose pattern matches the whole
 message (the one with the most literal text first), else the nearest one by text similarity with
-``exact=False``, else None. A file that cannot be read or parsed is skipped, never raised.
+``exact=False``, else None. For a traceback frame with no message to look up,
+``function_checks(file, function)`` lists every ``assert`` / ``raise`` in that function (those without a
+literal message too), ``defining_files(function)`` the installed files that define it, and
+``installed_version(file)`` the distribution read. A file that cannot be read or parsed is skipped,
+never raised.
 """
 
 from __future__ import annotations
