@@ -64,11 +64,31 @@ def test_crash_names_sigsegv_in_rank_0_in_a_dispatch():
     assert f"; {t['where']}, {t['phase']} pass" in first
 
 
-def test_nccl_timeout_says_what_the_evidence_lacks():
+def test_nccl_timeout_names_the_rank_the_collective_and_where_rank_0_waits():
+    t = truth("nccl_timeout")
     d = diagnose([str(RECORDED / "nccl_timeout")])
     assert d.exit_code == 1
+    assert any("flight recorder" in r for r in d.read)  # both ranks left their dumps
+    top = d.findings[0]
+    assert top.signature.id == "collective-not-joined"
+    text = detail(top)
+    other = 1 - t["rank"]
+    # the rank that did not join, and the collective: the dispatch's all-to-all on the EP group
+    assert (f"collective nccl:all_to_all (group 25:EXPERT_MODEL_PARALLEL_GROUP), sequence number 193: "
+            f"rank(s) {{{t['rank']}}} did not join; the ranks that did are {t['where']}, {t['phase']} pass") in text
+    # where the other rank waits: from its NCCL watchdog's stack of the timed-out collective
+    assert (f"rank {other} waits in ALLTOALL_BASE (group 25:EXPERT_MODEL_PARALLEL_GROUP, sequence number 193): "
+            f"{t['where']}, {t['phase']} pass") in text
+    # each printed stack goes to its own timed-out collective: the parameter all-gather is no dispatch
+    assert ("rank 0 waits in COALESCED (group 31:EXPERT_DATA_PARALLEL_GROUP, sequence number 4): "
+            "not in a dispatch or combine") in text
+    # the step: the iteration after the last one logged
+    assert f"step: iteration {t['step']} (the last iteration logged is {t['step'] - 1}; none after it)" in text
+    # what the evidence does not carry is said, not guessed
+    assert "layer not in the evidence" in text
+    assert "layer and microbatch: not in the stack" in text
+    assert "faulthandler stacks not in the evidence" in text
     assert "nccl-watchdog-timeout" in {f.signature.id for f in d.findings}
-    assert not any("flight recorder" in r for r in d.read)  # no dump was written: none is claimed
 
 
 def test_no_gain_is_one_microbatch_per_rank_from_the_facts():

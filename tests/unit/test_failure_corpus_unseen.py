@@ -7,7 +7,10 @@ from: ``failure_reports_unseen/`` (collected 2026-12-01) and ``failure_reports_u
 types, is marked ``split: "unseen"``, points at the upstream thread its id names, repeats no report
 (id or thread) of the main corpus or of an earlier unseen set, and is listed in its folder's README
 table with the same class and recognisability; the second set's ``labels.tsv`` lists every report
-with the same recognisability. They read no ``diagnose`` code.
+with the same recognisability, what ``diagnose`` named before the frame and native-check readers were
+added (``diagnose_before``), what it names now (``diagnose_after``: compared with ``diagnose`` run on the
+report's log here, so the column cannot go stale) and whether that top cause names the maintainers'
+cause (``hit``: yes / partial / no, a judgement). Only that last test runs ``diagnose``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ SYMPTOM_CLASSES = {
     "no-speedup", "unsupported-hardware", "install-build", "oom", "other",
 }
 OPTIONAL_TEXT = ("date", "maintainers_cause", "cause", "fix", "versions")
-LABEL_COLUMNS = ("id", "recognisable", "maintainers_cause")
+LABEL_COLUMNS = ("id", "recognisable", "maintainers_cause", "diagnose_before", "diagnose_after", "hit")
+HITS = {"yes", "partial", "no"}
 
 
 def _reports(folder: Path) -> dict[str, dict]:
@@ -129,12 +133,29 @@ def test_readme_table_lists_every_report_with_its_class_and_recognisability(name
         assert recognisable == ("yes" if report["recognisable_from_log"] else "no")
 
 
-def test_second_set_labels_list_every_report_with_its_recognisability():
+def _label_rows() -> list[list[str]]:
     lines = (UNSEEN_SETS["unseen2"] / "labels.tsv").read_text(encoding="utf-8").splitlines()
     assert tuple(lines[0].split("\t")) == LABEL_COLUMNS
-    rows = [line.split("\t") for line in lines[1:]]
+    return [line.split("\t") for line in lines[1:]]
+
+
+def test_second_set_labels_list_every_report_with_its_recognisability():
+    rows = _label_rows()
     assert all(len(row) == len(LABEL_COLUMNS) and all(cell.strip() for cell in row) for row in rows)
     reports = REPORTS["unseen2"]
     assert sorted(row[0] for row in rows) == sorted(reports)
-    for stem, recognisable, _cause in rows:
+    for stem, recognisable, _cause, _before, after, hit in rows:
         assert recognisable == ("yes" if reports[stem]["recognisable_from_log"] else "no")
+        assert hit in HITS
+        assert hit == "no" or after != "-", stem  # a hit is a named cause
+
+
+def test_second_set_diagnose_after_is_what_diagnose_names_today():
+    import io
+
+    from mbridge_ep_overlap.diagnose import diagnose
+
+    for stem, *_, after, _hit in _label_rows():
+        log = REPORTS["unseen2"][stem]["log"]
+        named = (diagnose(["-"], stdin=io.BytesIO(log.encode())).cause_ids or ["-"])[0]
+        assert named == after, (stem, named)

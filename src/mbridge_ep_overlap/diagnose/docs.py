@@ -9,7 +9,9 @@ from ``body`` with the same ``HEADER`` (``render() == HEADER + body()``). The pa
 the rule that refuses it up front and the versions it applies to; then the table of which corpus
 reports ``diagnose`` names, with the hit rates on the ``dev`` and ``holdout`` splits counted over the
 reports whose cause is recognisable from the log, and on the ``unseen`` set (``failure_reports_unseen``,
-its ``labels.tsv`` says which top cause names the thread's cause). A corpus label ``upstream-check:FILE``
+its ``labels.tsv`` says which top cause names the thread's cause) and on the second unseen set
+(``failure_reports_unseen2``: what was named before the raise-frame and native-check readers, what is
+named now, computed, and the judged hit). A corpus label ``upstream-check:FILE``
 is met by the general upstream-check finding for a check in FILE (``upstream-check:FILE:LINE``: the line
 follows the installed version). The corpus folder is found beside this checkout
 (``tests/unit/fixtures/failure_reports``, labels in ``tests/unit/fixtures/corpus_causes.tsv``) or given.
@@ -32,6 +34,7 @@ PAGE = REPO / "docs" / "troubleshooting.md"
 CORPUS = REPO / "tests" / "unit" / "fixtures" / "failure_reports"
 LABELS = REPO / "tests" / "unit" / "fixtures" / "corpus_causes.tsv"
 UNSEEN = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen"
+UNSEEN2 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen2"
 HEADER = ("<!-- Generated from the code by `python -m mbridge_ep_overlap.tools.gen_docs --write`: "
           "do not edit by hand. -->\n\n")
 
@@ -96,6 +99,57 @@ def unseen_rows(folder: Path = UNSEEN) -> list[CorpusRow]:
     return rows
 
 
+@dataclass(frozen=True)
+class Unseen2Row:
+    id: str
+    symptom_class: str
+    recognisable: bool
+    before: str
+    named: str
+    hit: str
+    """yes / partial / no, from ``labels.tsv`` (a judgement of the named cause against the maintainers')."""
+    source_url: str
+
+
+def unseen2_rows(folder: Path = UNSEEN2) -> list[Unseen2Row]:
+    """The second unseen set: ``labels.tsv``'s before and hit columns, *named* computed now."""
+    path = folder / "labels.tsv"
+    labelled = {}
+    for line in path.read_text().splitlines()[1:] if path.is_file() else []:
+        report, _recognisable, _cause, before, _after, hit = line.split("\t")
+        labelled[report] = (before, hit)
+    rows = []
+    for f in sorted(folder.glob("*.json")):
+        report = json.loads(f.read_text())
+        before, hit = labelled.get(report["id"], ("-", "no"))
+        rows.append(Unseen2Row(report["id"], report["symptom_class"], bool(report["recognisable_from_log"]), before,
+                               top_cause(report["log"]), hit, report["source_url"]))
+    return rows
+
+
+def _unseen2_section(folder: Path) -> list[str]:
+    rows = unseen2_rows(folder)
+    counted = [r for r in rows if r.recognisable]
+    named_before = sum(r.before != "-" for r in counted)
+    named_after = sum(r.named != "-" for r in counted)
+    yes, partial = (sum(r.hit == h for r in counted) for h in ("yes", "partial"))
+    out = ["## Second set collected apart from the signatures", "",
+           f"{len(rows)} more reports (`tests/unit/fixtures/failure_reports_unseen2`), collected without reading the "
+           "signatures. *Before* is what `diagnose` named when the set was first run, before the readers of a "
+           "traceback's raise frame and of native (C++/CUDA) checks were added; *named* is what it names now "
+           "(computed), and those readers were written after looking at this set, so *named* is not an unseen "
+           "measurement. *Hit*: does the top cause name the maintainers' cause (yes / partial / no, a judgement "
+           "in `labels.tsv`).", "",
+           f"- **unseen2, reports whose cause is recognisable from the log:** {len(counted)}; a cause named before: "
+           f"{named_before}, now: {named_after}; hit now: {yes} yes, {partial} partial", "",
+           "| report | class | recognisable | before | named | hit |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if r.recognisable or r.before != "-" or r.named != "-":
+            out.append(f"| [{r.id}]({r.source_url}) | {r.symptom_class} | {'yes' if r.recognisable else 'no'} | "
+                       f"`{r.before}` | `{r.named}` | {r.hit} |")
+    return out + [""]
+
+
 def hit_rate(rows: list[CorpusRow], split: str) -> tuple[int, int]:
     counted = [r for r in rows if r.split == split and r.recognisable]
     return sum(r.hit for r in counted), len(counted)
@@ -118,7 +172,7 @@ def render(folder: Path = CORPUS, label_file: Path = LABELS) -> str:
     return HEADER + body(folder, label_file)
 
 
-def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN) -> str:
+def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN, unseen2: Path = UNSEEN2) -> str:
     sigs = all_signatures()
     out = ["# Troubleshooting EP overlap: symptom -> cause -> fix", "",
            "`mbridge-ep-overlap diagnose PATH...` (a log, a run folder, Slurm output, or `-` for a pasted log) "
@@ -168,6 +222,8 @@ def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN
                 out.append(f"| [{r.id}]({r.source_url}) | {r.symptom_class} | `{r.expected}` | `{r.named}` | "
                            f"{'yes' if r.hit else 'no'} |")
         out.append("")
+    if unseen2.is_dir():
+        out += _unseen2_section(unseen2)
     return "\n".join(out)
 
 

@@ -11,7 +11,9 @@ dumps with torch's analyzer (``flight_recorder``), the diverging collective's fr
 schedule (``schedule``); a hang says which MoE layer each rank was last in when a watchdog event carries
 it, and that the layer is not in the evidence otherwise. ``AssertionError`` / ``ValueError`` /
 ``RuntimeError`` lines no hand-written signature names are looked up in the installed Megatron-Core /
-Megatron-Bridge source (``upstream_checks``). A NaN/Inf found by MCore names the rank and iteration.
+Megatron-Bridge source (``upstream_checks``), by their message or, when the log has none, by the
+traceback's innermost ``raise`` frame (``raise_frames``); a failed C++/CUDA check of Transformer Engine,
+DeepEP or torch's NCCL wrapper is named from the line its macro prints (``native_checks``). A NaN/Inf found by MCore names the rank and iteration.
 Findings are ranked: specific before generic, then by confidence, then by how many lines matched.
 Two or more PATHs that each hold iteration lines are also compared as runs (first = reference): a
 candidate not faster than the reference is a no-speed-up finding, with the reasons the facts give;
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import crashes, flight_recorder, prediction, schedule, upstream_checks
+from . import collective_stacks, crashes, flight_recorder, native_checks, prediction, schedule, upstream_checks
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -60,6 +62,8 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     combined = re.compile("|".join(f"(?:{p})" for s in patterned for p in s.patterns))
     series = IterationSeries()
     raised = upstream_checks.RaisedErrors()
+    natives = native_checks.NativeChecks()
+    stacks = collective_stacks.CollectiveStacks()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -77,6 +81,8 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
                         finding(s.id).add(f"{where}: {shown}")
             series.feed(text, where)
             raised.feed(text, where)
+            natives.feed(text, where)
+            stacks.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -86,6 +92,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             if capture_left or _TORCHRUN_SUMMARY.match(text):
                 captured.append(raw)
                 capture_left = max(capture_left - 1, 0)
+        raised.finish()
         if captured:
             crash_text[_crash_name(src)] = "\n".join(captured) + "\n"
     if ev.texts:
@@ -94,16 +101,18 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
         diagnosis.read.append(f"faulthandler output of rank(s) {', '.join(sorted(str(s.rank) for s in ev.faulthandler))}")
 
     _numerics(series, finding)
+    _native(natives, ev, findings)
     _upstream(raised, findings)
     _crashes(crash_text, finding)
     _facts(ev, sigs, finding, diagnosis)
     _watchdog(ev, finding, diagnosis)
-    _flight_recorder(ev, finding, diagnosis)
+    _flight_recorder(ev, finding, diagnosis, stacks)
     if len(per_path_series) >= 2:
         _compare_runs(paths, per_path_series, ev, finding)
     _nan_iteration(findings)
     _predicted_gain(paths, findings)
     _hang_layer(ev, findings)
+    _hang_step(ev, series, stacks, findings)
 
     for f in findings.values():
         if f.signature.rule and f.signature.facts_pass and ev.facts:
@@ -145,6 +154,14 @@ def _upstream(raised: upstream_checks.RaisedErrors, findings: dict[str, Finding]
     named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
     fresh = [e for e in raised.errors if not any(e.message[:120] in line for line in named)]
     for f in upstream_checks.findings(fresh):
+        findings.setdefault(f.signature.id, f)
+
+
+def _native(natives: native_checks.NativeChecks, ev: Evidence, findings: dict[str, Finding]) -> None:
+    """The native checks no hand-written signature already names (its evidence holds the line)."""
+    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
+    fresh = [c for c in natives.checks if not any(c[2][:120] in line for line in named)]
+    for f in native_checks.findings(fresh, ev.facts):
         findings.setdefault(f.signature.id, f)
 
 
@@ -254,7 +271,7 @@ def _head(src: TextSource, limit: int = 4 << 20) -> str:
         return fh.read(limit).decode("utf-8", errors="replace")
 
 
-def _flight_recorder(ev: Evidence, finding, diagnosis: Diagnosis) -> None:
+def _flight_recorder(ev: Evidence, finding, diagnosis: Diagnosis, stacks: collective_stacks.CollectiveStacks) -> None:
     for folder in ev.flight_recorder_dirs:
         diagnosis.read.append(f"flight recorder {folder}")
         result = flight_recorder.analyze(folder)
@@ -263,13 +280,46 @@ def _flight_recorder(ev: Evidence, finding, diagnosis: Diagnosis) -> None:
         for m in result.mismatches[:3]:
             f = finding("collective-not-joined")
             f.add(f"{folder} (torch fr_trace): {m.line}")
-            place = schedule.place([(fn, file, line) for fn, file, line in m.frames])
+            frames, whose = list(m.frames), ""
+            if not frames and (s := stacks.find(m.fields.get("group info", ""), m.sequence)):
+                frames, whose = s.frames, f" (stack: rank {s.rank}'s NCCL watchdog, {s.where}; the dump has none)"
+            place = schedule.place(frames)
             missing = m.missing_ranks or _missing_elsewhere(result.mismatches) or "none named"
             f.detail.append(f"collective {m.collective} (group {m.fields.get('group info', '?')}), sequence number "
                             f"{m.sequence}: rank(s) {missing} did not join; the ranks that did are "
-                            f"{place.words()}")
-            user = [fr for fr in m.frames if "/torch/" not in fr[1]]
+                            f"{place.words()}{whose}")
+            user = [fr for fr in frames if "/torch/" not in fr[1]]
             f.detail += [f"  {fn} at {Path(file).name}:{line}" for fn, file, line in user[:6]]
+
+
+def _hang_step(ev: Evidence, series: IterationSeries, stacks: collective_stacks.CollectiveStacks,
+               findings: dict[str, Finding]) -> None:
+    """A hang says the step the ranks wait in (the iteration after the last one logged), where each rank
+    waits when torch's NCCL watchdog printed the stack of its timed-out collective, and that the
+    faulthandler stacks are not in the evidence when their files are empty."""
+    hangs = [f for f in findings.values() if f.signature.symptom == "hang" and f.signature.id != "progress-stalled"]
+    if not hangs:
+        return
+    last = max(series.numbers) if len(series) else None
+    words = [f"step: iteration {last + 1} (the last iteration logged is {last}; none after it)" if last is not None
+             else "step not in the evidence (no iteration line logged)"]
+    for s in stacks.stacks:
+        if s.frames:
+            words.append(f"rank {s.rank} waits in {s.op or 'a collective'} (group {s.group}:{s.description}, sequence number "
+                         f"{s.sequence}): {schedule.place(s.frames).words()} (the NCCL watchdog's stack, {s.where})")
+    empty = [src for src in ev.faulthandler if src.path is not None and _is_empty(src.path)]
+    if ev.faulthandler and len(empty) == len(ev.faulthandler):
+        words.append("faulthandler stacks not in the evidence (" + ", ".join(sorted(p.path.name for p in empty))
+                     + " empty: no dump was written before the run ended)")
+    for f in hangs:
+        f.detail += words
+
+
+def _is_empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 def _missing_elsewhere(mismatches) -> str:

@@ -12,7 +12,10 @@ named: a signature made from the ``upstream-check`` row (``signatures.config_err
 ``upstream-check:FILE:LINE``, cause "the check at FILE:LINE requires CONDITION", and the fix of the rule
 of this library that mirrors that check (its ``upstream_match`` matches the message) when one does,
 else the check itself. A message that is not in the installed source word for word (reworded, or from
-another version) names the nearest check with a lower confidence and says so.
+another version) names the nearest check with a lower confidence and says so. A traceback with no
+message (a bare exception, or a log cut after its frames; ``finish`` closes one), or whose message is
+in no check, is named from its innermost ``raise`` / ``assert`` frame when that is in megatron/core or
+megatron/bridge (``raise_frames``).
 """
 
 from __future__ import annotations
@@ -21,13 +24,15 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
-from . import upstream_source
+from . import raise_frames, upstream_source
 from .report import Finding
 from .signatures.config_error import UPSTREAM_CHECK
 
 ERROR_LINE = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s*)*(?:[\w.]+\.)?(AssertionError|ValueError|RuntimeError|"
                         r"TypeError|NotImplementedError): (.{8,})$")
 FRAME = re.compile(r'^(?:\[(?:rank|default)\d+\]:\s*)*\s*File "([^"]+)", line (\d+), in (\S+)')
+PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:)+")
+RAISE_LINE = re.compile(r"^(?:raise\s+(?:[\w.]+\.)?(\w+)\b|assert\b)")
 UPSTREAM_FRAME = re.compile(r"megatron/(core|bridge)/")
 EXACT_CONFIDENCE = 0.88
 NEAREST_CONFIDENCE = 0.55
@@ -43,6 +48,17 @@ class RaisedError:
     where: str
     frames: list[tuple[str, int, str]] = field(default_factory=list)
     """(file, line, function) of the traceback above it, outermost first."""
+    code: list[str] = field(default_factory=list)
+    """The source line Python printed under each frame ('' where none), as ``frames``."""
+
+    @property
+    def raise_frame(self) -> tuple[str, int, str, str] | None:
+        """The innermost frame, with its source line, when it is a ``raise`` / ``assert`` line in
+        megatron/core or megatron/bridge (the check itself, whatever the log says of its message)."""
+        if not self.frames or not UPSTREAM_FRAME.search(self.frames[-1][0]):
+            return None
+        text = self.code[-1] if len(self.code) == len(self.frames) else ""
+        return (*self.frames[-1], text) if RAISE_LINE.match(text) else None
 
     @property
     def upstream_frame(self) -> tuple[str, int, str] | None:
@@ -54,34 +70,61 @@ class RaisedError:
 
 
 class RaisedErrors:
+    """``feed`` every line, then ``finish`` at the end of each source: a traceback that ends without an
+    error line with a message (a bare ``RuntimeError``, or a log cut after the frames) is kept, with an
+    empty message, when its innermost frame is a ``raise`` / ``assert`` in megatron/core or megatron/bridge."""
+
     def __init__(self) -> None:
         self.errors: list[RaisedError] = []
         self._frames: list[tuple[str, int, str]] = []
+        self._code: list[str] = []
+        self._where = ""
 
     def feed(self, text: str, where: str) -> None:
         if "Traceback (most recent call last)" in text:
-            self._frames = []
+            self.finish()
         elif m := FRAME.match(text):
             self._frames.append((m.group(1), int(m.group(2)), m.group(3)))
+            self._code.append("")
+            self._where = where
         elif m := ERROR_LINE.match(text.strip()):
-            message = m.group(2).strip()
-            if len(self.errors) < MAX_ERRORS and all(e.message != message for e in self.errors):
-                self.errors.append(RaisedError(m.group(1), message, where, self._frames))
-            self._frames = []
+            self._keep(m.group(1), m.group(2).strip(), where)
+        elif self._frames:
+            code = PREFIX.sub("", text).strip()
+            if code and not self._code[-1] and not set(code) <= set("^~ "):
+                self._code[-1] = code
+
+    def finish(self) -> None:
+        """The traceback read so far ends here (a new one starts, or the source ends)."""
+        if self._frames:
+            kind = RAISE_LINE.match(self._code[-1])
+            if kind and UPSTREAM_FRAME.search(self._frames[-1][0]):
+                self._keep(kind.group(1) or "AssertionError", "", self._where)
+        self._frames, self._code = [], []
+
+    def _keep(self, kind: str, message: str, where: str) -> None:
+        if len(self.errors) < MAX_ERRORS and all(e.message != message or not message for e in self.errors):
+            self.errors.append(RaisedError(kind, message, where, self._frames, self._code))
+        self._frames, self._code = [], []
 
 
 def findings(errors: list[RaisedError]) -> list[Finding]:
     out: dict[str, Finding] = {}
     for e in errors:
         frame = e.upstream_frame
-        hint = ("megatron/" + frame[0].split("/megatron/", 1)[-1], frame[1]) if frame and "/megatron/" in frame[0] \
-            else ("", 0)
-        if not e.looked_up or not (match := upstream_source.find(e.message, *hint)):
+        hint = (raise_frames.relative(frame[0]), frame[1]) if frame and "/megatron/" in frame[0] else ("", 0)
+        match = upstream_source.find(e.message, *hint) if e.looked_up and e.message else None
+        if match:
+            sig, detail = _signature(e, match), _detail(e, match)
+        elif e.raise_frame is not None:
+            sig, detail = raise_frames.named(e)
+        else:
             continue
-        sig = _signature(e, match)
         f = out.setdefault(sig.id, Finding(sig))
-        f.add(f"{e.where}: {e.kind}: {e.message[:240]}")
-        f.detail += _detail(e, match)
+        f.add(f"{e.where}: {e.kind}: {e.message[:240]}" if e.message else
+              f"{e.where}: {e.kind} raised at {raise_frames.relative(e.raise_frame[0])}:{e.raise_frame[1]} in {e.raise_frame[2]} "
+              f"(no message in the log)")
+        f.detail += detail
     return list(out.values())
 
 

@@ -10,7 +10,11 @@ condition (the ``assert`` expression, or the ``if`` above the raise, negated whe
 body), and the message as a pattern (the literal parts of an f-string, ``%``- or ``.format``-string kept,
 every placeholder a wildcard). ``find(message)`` gives the check whose pattern matches the whole
 message (the one with the most literal text first), else the nearest one by text similarity with
-``exact=False``, else None. A file that cannot be read or parsed is skipped, never raised.
+``exact=False``, else None. For a traceback frame with no message to look up,
+``function_checks(file, function)`` lists every ``assert`` / ``raise`` in that function (those without a
+literal message too), ``defining_files(function)`` the installed files that define it, and
+``installed_version(file)`` the distribution read. A file that cannot be read or parsed is skipped,
+never raised.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ RAISED = {"AssertionError", "ValueError", "RuntimeError", "TypeError", "NotImple
 NEAREST_MIN_RATIO = 0.72
 """How alike (difflib ratio of the literal text) a reworded message must be to name a check at all."""
 _MIN_LITERAL = 12
+NO_LITERAL = "(no literal text)"
 _PLACEHOLDER = re.compile(r"%[-#0 +]*\d*(?:\.\d+)?[sdrfgexiu%]|\{[^{}]*\}")
 
 
@@ -44,6 +49,8 @@ class Check:
     literal: str
     """The message's literal text, placeholders as ``...``."""
     pattern: str
+    function: str = ""
+    """The function (or method) the check is in; '' at module level."""
 
     @property
     def where(self) -> str:
@@ -95,16 +102,48 @@ def sources() -> tuple[tuple[str, str], ...]:
 @functools.lru_cache(maxsize=None)
 def file_checks(rel: str) -> tuple[Check, ...]:
     """The checks of one file of ``sources()`` (parsed the first time a message points to it)."""
+    tree = _tree(rel)
+    return tuple(_file_checks(tree, rel)) if tree is not None else ()
+
+
+@functools.lru_cache(maxsize=None)
+def _tree(rel: str) -> ast.AST | None:
     text = dict(sources()).get(rel)
     if text is None:
-        return ()
+        return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tree = ast.parse(text)
+            return ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return ()
-    return tuple(_file_checks(tree, rel))
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def function_checks(rel: str, function: str) -> tuple[Check, ...]:
+    """Every ``assert`` and ``raise`` in the functions named ``function`` of one installed file, a
+    message without literal text (or none) kept as '(no literal text)': a traceback's innermost frame
+    names the function when the log holds no message to look up."""
+    tree = _tree(rel)
+    return tuple(c for c in _file_checks(tree, rel, keep_all=True) if c.function == function) if tree else ()
+
+
+@functools.lru_cache(maxsize=None)
+def defining_files(function: str) -> tuple[str, ...]:
+    """The installed files that define a function or method of that name (``def function(``)."""
+    pattern = re.compile(rf"^\s*(?:async\s+)?def\s+{re.escape(function)}\s*\(", re.MULTILINE)
+    return tuple(rel for rel, text in sources() if function in text and pattern.search(text))
+
+
+def installed_version(rel: str) -> str:
+    """'megatron-core 0.19.2' for a ``megatron/core/...`` path (the distribution holding the source read)."""
+    from importlib import metadata
+
+    name = "megatron-bridge" if rel.startswith("megatron/bridge/") else "megatron-core"
+    try:
+        return f"{name} {metadata.version(name)}"
+    except metadata.PackageNotFoundError:
+        return f"{name} (version unknown)"
 
 
 def checks() -> tuple[Check, ...]:
@@ -180,24 +219,34 @@ def _nearest(message: str, candidates: list[Check], raised_in: str = "") -> Matc
 
 # ---- reading one file -------------------------------------------------------------------------------
 
-def _file_checks(tree: ast.AST, rel: str) -> list[Check]:
+def _file_checks(tree: ast.AST, rel: str, keep_all: bool = False) -> list[Check]:
+    """The checks of one parsed file; ``keep_all`` keeps those without a message or literal text too."""
     found: list[Check] = []
 
     assigned: dict[str, ast.expr] = {}
+    scope: list[str] = []
+
+    def add(line: int, kind: str, condition: str, msg: ast.expr | None) -> None:
+        function = scope[-1] if scope else ""
+        if msg is not None:
+            _add(found, rel, line, kind, condition, _resolved(msg, assigned), function, keep_all)
+        elif keep_all:
+            found.append(Check(rel, line, kind, condition or "(unconditional)", NO_LITERAL, "", function))
 
     def visit(node: ast.AST, guard: tuple[ast.expr, bool] | None) -> None:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 if isinstance(target, ast.Name):
                     assigned[target.id] = node.value
-        if isinstance(node, ast.Assert) and node.msg is not None:
-            _add(found, rel, node.lineno, "AssertionError", ast.unparse(node.test), _resolved(node.msg, assigned))
-        elif isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
-            name = node.exc.func.id if isinstance(node.exc.func, ast.Name) else (
-                node.exc.func.attr if isinstance(node.exc.func, ast.Attribute) else "")
-            if name in RAISED or name.endswith("Error"):
+        if isinstance(node, ast.Assert) and (node.msg is not None or keep_all):
+            add(node.lineno, "AssertionError", ast.unparse(node.test), node.msg)
+        elif isinstance(node, ast.Raise) and node.exc is not None:
+            call = node.exc if isinstance(node.exc, ast.Call) else None
+            func = call.func if call else node.exc
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if (name in RAISED or name.endswith("Error")) and (keep_all or (call and call.args)):
                 cond = "" if guard is None else _negated(guard[0]) if guard[1] else ast.unparse(guard[0])
-                _add(found, rel, node.lineno, name, cond, _resolved(node.exc.args[0], assigned))
+                add(node.lineno, name, cond, call.args[0] if call and call.args else None)
         if isinstance(node, ast.If):
             visit(node.test, guard)
             for child in node.body:
@@ -205,8 +254,13 @@ def _file_checks(tree: ast.AST, rel: str) -> list[Check]:
             for child in node.orelse:
                 visit(child, (node.test, False) if not _is_elif(node) else guard)
             return
+        named = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if named:
+            scope.append(node.name)
         for child in ast.iter_child_nodes(node):
-            visit(child, None if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else guard)
+            visit(child, None if named or isinstance(node, ast.ClassDef) else guard)
+        if named:
+            scope.pop()
 
     visit(tree, None)
     return found
@@ -227,16 +281,18 @@ def _is_elif(node: ast.If) -> bool:
     return len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)
 
 
-def _add(found: list[Check], rel: str, line: int, kind: str, condition: str, msg: ast.expr) -> None:
+def _add(found: list[Check], rel: str, line: int, kind: str, condition: str, msg: ast.expr, function: str = "",
+         keep_all: bool = False) -> None:
     parts = _parts(msg)
-    if parts is None:
-        return
-    literal = "".join("..." if p is None else p for p in parts)
-    if len(literal.replace("...", "").strip()) < _MIN_LITERAL:
+    literal = "".join("..." if p is None else p for p in parts or [])
+    if parts is None or len(literal.replace("...", "").strip()) < _MIN_LITERAL:
+        if keep_all:
+            found.append(Check(rel, line, kind, condition or "(unconditional)",
+                               literal.strip() if parts else NO_LITERAL, "", function))
         return
     pattern = "".join(".*?" if p is None else re.escape(p.strip() if i in (0, len(parts) - 1) else p)
                       for i, p in enumerate(parts))
-    found.append(Check(rel, line, kind, condition or "(unconditional)", literal.strip(), pattern))
+    found.append(Check(rel, line, kind, condition or "(unconditional)", literal.strip(), pattern, function))
 
 
 def _parts(node: ast.expr) -> list[str | None] | None:

@@ -33,8 +33,21 @@ UPSTREAM_CHECK = Signature(
     versions="the installed megatron-core / megatron-bridge; a message not in their source word for word "
              "(reworded, another version) names the nearest check at 55%")
 
+NATIVE_CHECK = Signature(
+    id="native-check", symptom="config-error", patterns=(),
+    cause="A C++/CUDA check in Transformer Engine (NVTE_CHECK / NVTE_ERROR), DeepEP (EP_HOST_ASSERT, "
+          "EP_DEVICE_ASSERT, CUDA_CHECK) or torch's NCCL wrapper (C10D_NCCL_CHECK) failed: the line its macro "
+          "prints names the library, file:line, function, condition and message, and that check is the cause.",
+    fix="'the check in LIBRARY FILE:LINE requires CONDITION': change what the run passes it, or use a release of "
+        "the library whose check accepts it (the run's version from the facts)",
+    source="installed:mbridge_ep_overlap/diagnose/native_checks.py", emitted=(), confidence=0.65,
+    found_by="native-check",
+    versions="the library's own check text: Transformer Engine, DeepEP and NCCL change such checks between "
+             "releases, so the run's version is given from its facts where they record it")
+
 SIGNATURES = (
     UPSTREAM_CHECK,
+    NATIVE_CHECK,
     _assert("overlap-needs-expert-parallel",
             "overlap_moe_expert_parallel_comm is only supported with expert model parallelism",
             "EP overlap was switched on with expert_model_parallel_size == 1: there is no all-to-all to hide.",

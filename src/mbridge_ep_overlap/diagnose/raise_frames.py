@@ -1,0 +1,107 @@
+"""A check named from the traceback frame that raised it, when the log holds no message to look up.
+
+Contract
+--------
+``named(error)`` takes a ``upstream_checks.RaisedError`` whose innermost frame is a ``raise X(`` /
+``assert`` line in megatron/core or megatron/bridge (``error.raise_frame``) and gives the signature and
+detail lines of the check that raised it, read from the installed source (``upstream_source``): the
+frame's file (its path after ``megatron/``) and function, the exception the ``raise`` line names, the
+nearest line (line numbers move between versions). The check found in that file and function, raising
+that exception, is named at ``FRAME_CONFIDENCE``; one found by the function alone (another exception,
+or the function now lives in another file: "moved to FILE") at ``FUNCTION_CONFIDENCE``. A function
+that is in no installed file is said to be not in the installed version, at ``ABSENT_CONFIDENCE``,
+with the frame that called it. Never raises for what the frames hold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import upstream_source
+from .signatures.config_error import UPSTREAM_CHECK
+
+FRAME_CONFIDENCE = 0.7
+FUNCTION_CONFIDENCE = 0.5
+ABSENT_CONFIDENCE = 0.35
+
+
+def relative(path: str) -> str:
+    """``megatron/core/...`` from a frame's path."""
+    return "megatron/" + path.split("/megatron/", 1)[-1] if "/megatron/" in path else path
+
+
+def named(error) -> tuple:
+    """(signature, detail lines) for an error whose ``raise_frame`` is set."""
+    path, line, function, code = error.raise_frame
+    rel = relative(path)
+    check, found_in, by_frame = _check(rel, function, error.kind, line)
+    raised = f"raised at {rel}:{line} in {function} in the run: `{code}` (no message in the log)"
+    detail = [raised] + _caller(error)
+    version = upstream_source.installed_version(rel)
+    if check is None:
+        same_name = [r for r, _ in upstream_source.sources() if r.rsplit("/", 1)[-1] == rel.rsplit("/", 1)[-1]]
+        detail.append(f"{function} is not in the installed {version}: no installed file defines it"
+                      + (f" (files of that name: {', '.join(same_name)})" if same_name else
+                         f"; {rel} is not installed either"))
+        cause = (f"A check in {rel}, function {function}, raised {error.kind} (`{code}`; the log has no message); "
+                 f"{function} is not in the installed {version}: the run used another version"
+                 + (f". Reached from {_caller(error)[0][len('called from '):]}" if _caller(error) else "") + ".")
+        return dataclasses.replace(
+            UPSTREAM_CHECK, id=f"{UPSTREAM_CHECK.id}:{rel}:{function}", cause=cause,
+            fix=f"read {function} in {rel} of the run's version of the source: its check refuses what the frame "
+                "that called it does; or run the installed version to get its message",
+            source=f"traceback frame {rel}:{line} ({function})", emitted=(), confidence=ABSENT_CONFIDENCE,
+            versions=f"not the installed {version} (the function is not in its source)"), detail
+    moved = found_in != rel
+    where = f"{check.where} (in {function}" + (f"; moved to {found_in} from {rel})" if moved else ")")
+    message = (f'its message: "{check.literal}"' if check.literal != upstream_source.NO_LITERAL
+               else "it has no literal message")
+    detail += [f"upstream check: {where}: {check.kind}, requires {check.condition}; {message}"]
+    if moved:
+        detail.append(f"{rel} does not define {function} in the installed {version}: moved to {found_in}")
+    cause = (f"The check at {where} requires {check.condition}; {message}. Named from the traceback's innermost "
+             f"frame (the log has no message): by file, function and the exception raised" if by_frame else
+             f"The check at {where} requires {check.condition}; {message}. Named by the function alone "
+             "(the file or the exception differ in the installed source)") + "."
+    return dataclasses.replace(
+        UPSTREAM_CHECK, id=f"{UPSTREAM_CHECK.id}:{check.where}", cause=cause,
+        fix=f"change the configuration so that {check.condition} holds (the check at {check.where})",
+        source=f"installed:{check.where}", emitted=(),
+        confidence=FRAME_CONFIDENCE if by_frame else FUNCTION_CONFIDENCE,
+        versions=f"the installed {version} (named from the frame: file, function"
+                 + (", exception" if by_frame else "") + "; the nearest line)"), detail
+
+
+def _check(rel: str, function: str, kind: str, line: int):
+    """(check, file it is in, matched by file + function + exception) or (None, '', False)."""
+    files = [rel] if function_checks(rel, function) else []
+    others = [f for f in upstream_source.defining_files(function) if f != rel and function_checks(f, function)]
+    files += sorted(others, key=lambda f: _likeness(rel, f, function, kind), reverse=True)
+    for found_in in files:
+        checks = function_checks(found_in, function)
+        same_kind = [c for c in checks if c.kind == kind]
+        pool = same_kind or list(checks)
+        best = min(pool, key=lambda c: abs(c.line - line))
+        return best, found_in, bool(same_kind) and found_in == rel
+    return None, "", False
+
+
+def _likeness(rel: str, other: str, function: str, kind: str) -> tuple:
+    """How likely ``other`` is where ``rel``'s function moved: the same file name, then the most path
+    parts in common, then a check raising the same exception (``__post_init__`` is in many files)."""
+    a, b = rel.split("/"), other.split("/")
+    return (a[-1] == b[-1], len(set(a[:-1]) & set(b[:-1])),
+            any(c.kind == kind for c in function_checks(other, function)), other)
+
+
+def function_checks(rel: str, function: str):
+    return upstream_source.function_checks(rel, function)
+
+
+def _caller(error) -> list[str]:
+    """'called from FILE:LINE in FN: `code`' for the frame above the raise, when there is one."""
+    if len(error.frames) < 2:
+        return []
+    path, line, function = error.frames[-2]
+    code = error.code[-2] if len(error.code) == len(error.frames) else ""
+    return [f"called from {relative(path)}:{line} in {function}" + (f": `{code}`" if code else "")]

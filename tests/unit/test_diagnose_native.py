@@ -1,0 +1,142 @@
+"""Native (C++/CUDA) checks (diagnose.native_checks): parity with the macros' own format strings, quoted
+from the libraries' sources, and the cause/fix/version diagnose gives for them."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from mbridge_ep_overlap.base import run_files
+from mbridge_ep_overlap.diagnose import diagnose, native_checks
+
+UNSEEN2 = Path(__file__).parent / "fixtures" / "failure_reports_unseen2"
+TE = ("https://github.com/NVIDIA/TransformerEngine/blob/05279e74bf77440e3c35237d77238a7583a09edb/"
+      "transformer_engine/common/util/logging.h")
+DEEPEP = ("https://github.com/deepseek-ai/DeepEP/blob/69bade5e252a95de8dd65ac253679372ab6f52d6/"
+          "csrc/kernels/exception.cuh")
+TORCH = ("https://github.com/pytorch/pytorch/blob/aac9c440075b7ec15dfe83973dc1dcd63c2fc042/"
+         "torch/csrc/distributed/c10d/NCCLUtils.hpp")
+
+
+def nvte_error(file: str, line: int, func: str, *args: str) -> str:
+    # TE: NVTE_ERROR(...) throws std::runtime_error(concat_strings(
+    #       __FILE__ ":", __LINE__, " in function ", __func__, ": ", concat_strings(__VA_ARGS__)))
+    return "".join([file, ":", str(line), " in function ", func, ": ", "".join(args)])
+
+
+def nvte_check(file: str, line: int, func: str, expr: str, *args: str) -> str:
+    # TE: NVTE_CHECK(expr, ...) -> NVTE_ERROR("Assertion failed: " #expr ". ", concat_strings(__VA_ARGS__))
+    return nvte_error(file, line, func, "Assertion failed: " + expr + ". ", "".join(args))
+
+
+def ep_exception(name: str, file: str, line: int, error: str) -> str:
+    # DeepEP: EPException: std::string("Failed: ") + name + " error " + file + ":" + std::to_string(line)
+    #         + " '" + error + "'"; EP_HOST_ASSERT(cond) passes ("Assertion", __FILE__, __LINE__, #cond),
+    #         CUDA_CHECK(cmd) passes ("CUDA", __FILE__, __LINE__, cudaGetErrorString(e))
+    return "Failed: " + name + " error " + file + ":" + str(line) + " '" + error + "'"
+
+
+def ep_device_assert(file: str, line: int, cond: str) -> str:
+    # DeepEP: EP_DEVICE_ASSERT(cond): printf("Assertion failed: %s:%d, condition: %s\n", __FILE__, __LINE__, #cond)
+    return "Assertion failed: %s:%d, condition: %s\n" % (file, line, cond)
+
+
+def c10d_nccl_check(file: str, line: int, error: str, version: str) -> str:
+    # torch: C10D_NCCL_CHECK: "NCCL error in: " + std::string(__FILE__) + ":" + std::to_string(__LINE__) + ", "
+    #        + ncclGetErrorWithVersion(result) + "\n" + getNcclErrorDetailStr(result, failureReason)
+    #        (ncclGetErrorWithVersion: ncclGetErrorString(error) + ", NCCL version " + version)
+    return "NCCL error in: " + file + ":" + str(line) + ", " + error + ", NCCL version " + version + "\n" + "detail"
+
+
+CASES = [
+    (TE, "RuntimeError: " + nvte_check("/build/te/transformer_engine/common/gemm/cublaslt_gemm.cu", 412, "cublas_gemm",
+                                       "ldb >= k", "Invalid ldb (", "8", ")"),
+     ("transformer-engine", "NVTE_CHECK", "transformer_engine/common/gemm/cublaslt_gemm.cu", 412, "cublas_gemm",
+      "ldb >= k", "Invalid ldb (8)")),
+    (TE, "RuntimeError: " + nvte_error("/opt/TransformerEngine/transformer_engine/common/util/cuda_runtime.cpp", 88,
+                                       "sm_arch", "CUDA Error: ", "invalid device ordinal"),
+     ("transformer-engine", "NVTE_ERROR", "transformer_engine/common/util/cuda_runtime.cpp", 88, "sm_arch", "",
+      "CUDA Error: invalid device ordinal")),
+    (DEEPEP, "RuntimeError: " + ep_exception("Assertion", "/workspace/DeepEP/csrc/deep_ep.cpp", 97,
+                                             "num_ranks <= NUM_MAX_NVL_PEERS"),
+     ("deep-ep", "EP_HOST_ASSERT", "csrc/deep_ep.cpp", 97, "", "num_ranks <= NUM_MAX_NVL_PEERS", "")),
+    (DEEPEP, "what():  " + ep_exception("CUDA", "/opt/DeepEP/csrc/kernels/runtime.cu", 25, "named symbol not found"),
+     ("deep-ep", "CUDA_CHECK", "csrc/kernels/runtime.cu", 25, "", "", "named symbol not found")),
+    (DEEPEP, ep_device_assert("/DeepEP/csrc/kernels/internode.cu", 483,
+                              "ibgda_get_state()->num_rc_per_pe >= num_channels").splitlines()[0],
+     ("deep-ep", "EP_DEVICE_ASSERT", "csrc/kernels/internode.cu", 483, "",
+      "ibgda_get_state()->num_rc_per_pe >= num_channels", "")),
+    (TORCH, "torch.distributed.DistBackendError: " + c10d_nccl_check(
+        "/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp", 3356,
+        "unhandled cuda error (run with NCCL_DEBUG=INFO for details)", "2.21.5").splitlines()[0],
+     ("nccl", "C10D_NCCL_CHECK", "torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp", 3356, "", "",
+      "unhandled cuda error (run with NCCL_DEBUG=INFO for details)")),
+]
+
+
+@pytest.mark.parametrize(("source", "line", "expected"), CASES, ids=[c[2][1] for c in CASES])
+def test_each_macro_format_is_read_back(source, line, expected):
+    c = native_checks.parse("[rank0]: " + line)
+    assert c is not None, source
+    assert (c.library, c.macro, c.file, c.line, c.function, c.condition, c.message) == expected
+
+
+def run(text: str, path=None):
+    return diagnose([str(path)]) if path else diagnose(["-"], stdin=io.BytesIO(text.encode()))
+
+
+def test_the_unseen_te_aux_loss_check_is_named_with_its_condition_and_message():
+    log = json.loads((UNSEEN2 / "megatron-lm-5025.json").read_text())["log"]
+    top = run(log).findings[0]
+    where = "transformer_engine/common/fused_router/fused_moe_aux_loss.cu:90"
+    assert top.signature.id == f"native-check:transformer-engine:{where}"
+    assert "in function fused_moe_aux_loss_forward_kernel_launcher" in top.signature.cause
+    assert "requires num_experts == num_cols: Number of experts (32) must be equal to number of input columns (64)" \
+        in top.signature.cause
+    assert top.signature.fix.startswith(f"the check in transformer-engine {where} requires num_experts == num_cols")
+    assert "version not in the evidence" in top.signature.versions
+
+
+def test_the_installed_version_comes_from_the_facts(tmp_path):
+    line = "RuntimeError: " + nvte_check("/x/transformer_engine/common/fused_router/fused_moe_aux_loss.cu", 90,
+                                         "launcher", "num_experts == num_cols", "Number of experts")
+    (tmp_path / "train.log").write_text(line + "\n")
+    facts = run_files.facts_file(tmp_path, 0)
+    facts.parent.mkdir(parents=True)
+    facts.write_text(json.dumps({"rank": 0, "versions": {"transformer-engine": "2.16.0"}}))
+    top = run("", tmp_path).findings[0]
+    assert top.signature.id.startswith("native-check:transformer-engine:")
+    assert top.signature.versions == "transformer-engine 2.16.0 (the run's facts)"
+    assert "the run's version: transformer-engine 2.16.0" in top.signature.fix
+
+
+def test_nccl_prints_its_own_version():
+    line = c10d_nccl_check("/p/torch/csrc/distributed/c10d/NCCLUtils.cpp", 77,
+                           "unhandled system error (run with NCCL_DEBUG=INFO for details)", "2.27.3")
+    top = run(line.splitlines()[0] + "\n").findings[0]
+    assert top.signature.id == "native-check:nccl:torch/csrc/distributed/c10d/NCCLUtils.cpp:77"
+    assert "requires the NCCL call to return ncclSuccess (it returned: unhandled system error" in top.signature.cause
+    assert top.signature.versions == "nccl 2.27.3 (printed with the error)"
+
+
+def test_a_warning_in_the_same_format_is_not_a_failed_check():
+    # NVTE_WARN prints __FILE__ ":" __LINE__ " in function " __func__ ": " MESSAGE to stderr and goes on
+    warn = "/x/transformer_engine/common/gemm/cublaslt_gemm.cu:12 in function gemm: falling back to cuBLAS"
+    assert native_checks.parse(warn) is None
+
+
+def test_a_hand_written_signature_for_the_same_line_still_names_it():
+    line = ("RuntimeError: Failed: Assertion error /home1/DeepEP/csrc/deep_ep.cpp:32 "
+            "'num_ranks > NUM_MAX_NVL_PEERS or low_latency_mode'")
+    d = run(line + "\n")
+    assert d.findings[0].signature.id == "deepep-normal-mode-needs-8-nvlink-peers"
+    assert not any(f.signature.id.startswith("native-check:") for f in d.findings)
+
+
+def test_an_unsupported_branch_reads_as_one():
+    c = native_checks.parse(ep_exception("Assertion", "/d/csrc/kernels/internode.cu", 328,
+                                         'false and "Unsupported RDMA ranks"'))
+    assert c.requires == "a case it supports (it reached one it does not: Unsupported RDMA ranks)"
