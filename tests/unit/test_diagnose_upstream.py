@@ -62,7 +62,7 @@ def test_diagnose_names_a_check_no_hand_written_signature_knows():
     top = d.findings[0]
     assert top.signature.id == f"upstream-check:{rel}:{line}" and top.signature.confidence == 0.88
     assert f"the check at {rel}:{line}" in top.signature.fix
-    assert any(f"raised at " in x and f":{line} in " in x for x in top.detail), top.detail
+    assert any("raised at " in x and f":{line} in " in x for x in top.detail), top.detail
 
 
 def test_a_hand_written_signature_keeps_its_place_and_no_duplicate_is_added():

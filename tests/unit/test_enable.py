@@ -336,7 +336,7 @@ def test_arguments_of_the_wrong_type_or_range_are_usage_errors(proxy_cfg, h100x2
 
 
 @pytest.mark.parametrize("kwargs", [{"delay_wgrad": False}, {"high_priority_a2a": True},
-                                    {"cuda_device_max_connections": 1}, {"cuda_device_max_connections": 32}])
+                                    {"cuda_device_max_connections": 2}, {"cuda_device_max_connections": 32}])
 def test_arguments_of_the_right_type_and_range_are_accepted(proxy_cfg, h100x2, kwargs):
     enable_ep_overlap(proxy_cfg, environment=h100x2, **kwargs)
 
@@ -347,3 +347,19 @@ def test_run_spec_flags_are_bools_too():
     for name in ("delay_wgrad", "high_priority_a2a"):
         with pytest.raises(UsageError, match=name):
             RunSpec(recipe="qwen3_moe_proxy", **{name: 1}).validated()
+
+
+def test_cuda_device_max_connections_the_run_gets(proxy_cfg, h100x2):
+    """The caller's value wins over the recipe's; 32 replaces a recipe's 1 (which would serialise the
+    all-to-all stream); another value of the recipe is kept; asking for 1 with overlap on is refused."""
+    for recipe_value, asked, expected in [(None, None, "32"), ("1", None, "32"), ("8", None, "8"), ("8", 16, "16")]:
+        cfg = copy.deepcopy(proxy_cfg)
+        cfg.env_vars = {} if recipe_value is None else {"CUDA_DEVICE_MAX_CONNECTIONS": recipe_value}
+        kwargs = {} if asked is None else {"cuda_device_max_connections": asked}
+        enable_ep_overlap(cfg, environment=h100x2, **kwargs)
+        assert cfg.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == expected, (recipe_value, asked)
+    cfg = copy.deepcopy(proxy_cfg)
+    before = snapshot(cfg)
+    with pytest.raises(EPOverlapError, match="cuda-device-max-connections"):
+        enable_ep_overlap(cfg, environment=h100x2, cuda_device_max_connections=1)
+    assert snapshot(cfg) == before

@@ -261,8 +261,15 @@ class Session:
             self.high_priority_source = Source.RECIPE
         self.configure_dispatcher(overlap=True, keep_current=already_on)
         connections = opts.cuda_device_max_connections
+        recipe_value = str((cfg.env_vars or {}).get("CUDA_DEVICE_MAX_CONNECTIONS"))
+        # the caller's value wins over the recipe's; so does 32 over a recipe's 1, which would serialise
+        # the all-to-all stream behind compute (overlap asked for, nothing hidden: rule
+        # cuda-device-max-connections); any other value of the recipe is kept
         self._set_env("CUDA_DEVICE_MAX_CONNECTIONS", str(connections or DEFAULT_MAX_CONNECTIONS),
-                      "the A2A stream must not be serialised", Source.DEFAULT if connections is None else Source.REQUESTED)
+                      "the A2A stream must not be serialised" + (" (the recipe's 1 would serialise it)"
+                                                                 if connections is None and recipe_value == "1" else ""),
+                      Source.DEFAULT if connections is None else Source.REQUESTED,
+                      replace=connections is not None or recipe_value == "1")
         self.set_dispatcher_environment()
         facts = Facts(cfg, self.target)
         self.planned = {"delay_wgrad": facts.delay_wgrad, "high_priority": bool(facts.model("high_priority_a2a_comm_stream"))}
@@ -326,9 +333,9 @@ class Session:
         for name, (value, reason) in hybridep_environment(self.cfg, self.target).items():
             self._set_env(name, value, reason, Source.DEFAULT)
 
-    def _set_env(self, name: str, value: str, reason: str, source: Source) -> None:
+    def _set_env(self, name: str, value: str, reason: str, source: Source, replace: bool = False) -> None:
         existing = (self.cfg.env_vars or {}).get(name)
-        if existing is not None:
+        if existing is not None and not (replace and str(existing) != value):
             self.env_vars_kept[name] = str(existing)
             return
         self.edit.set(f"env_vars.{name}", value, reason, source)

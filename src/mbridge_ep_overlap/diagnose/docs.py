@@ -5,7 +5,8 @@ Contract
 ``python -m mbridge_ep_overlap.diagnose.docs --write`` rewrites the page; ``--check`` exits 1 when the
 page on disk is not what the signatures and the corpus give today (the unit tests call ``render`` and
 compare). The page is one of the generated references: ``tools.gen_docs --write/--check`` builds it
-from ``body`` with the same ``HEADER`` (``render() == HEADER + body()``). The page lists, per symptom class, each signature's symptom -> cause -> fix, its source,
+from ``body`` with the same ``HEADER`` (``render() == HEADER + body()``). The page lists, per symptom
+class, each signature's symptom -> cause -> fix, its source,
 the rule that refuses it up front and the versions it applies to; then the table of which corpus
 reports ``diagnose`` names, with the hit rates on the ``dev`` and ``holdout`` splits counted over the
 reports whose cause is recognisable from the log, and on the ``unseen`` set (``failure_reports_unseen``,
@@ -162,7 +163,7 @@ def _signature(s: Signature) -> list[str]:
            f"- **Cause:** {s.cause}",
            f"- **Fix:** {s.fix}",
            f"- **Source:** {s.source}" + (f" (report `{s.corpus_report}`)" if s.corpus_report else ""),
-           f"- **Rule that refuses it before the run:** " + (f"`{s.rule}`" if s.rule else "none"),
+           "- **Rule that refuses it before the run:** " + (f"`{s.rule}`" if s.rule else "none"),
            f"- **Applies to:** {s.versions}; confidence of a match {s.confidence:.0%}", ""]
     return out
 

@@ -9,7 +9,8 @@ dump or the flight-recorder analyzer, and returns a ``Place``. It knows MCore's 
 schedule), ``transformer/moe/token_dispatcher.py`` (dispatch/combine per dispatcher: the class that holds
 a line is read from the installed file's syntax tree, so it follows the installed megatron-core),
 ``transformer/moe/fused_a2a.py``, ``MoELayer.dispatch`` / ``combine`` (``moe_layer.py``), the combined schedule's
-``submodule_dispatch_*`` / ``submodule_combine_*`` (``models/gpt/fine_grained_callables.py``) and ``deep_ep`` (the DeepEP / HybridEP / NCCL EP kernels). A frame
+``submodule_dispatch_*`` / ``submodule_combine_*`` (``models/gpt/fine_grained_callables.py``) and
+``deep_ep`` (the DeepEP / HybridEP / NCCL EP kernels). A frame
 the words do not fit leaves the field None ("not in the stack"); nothing is guessed. The layer and
 the microbatch are not in Python frames: they are said only when the evidence carries them (the
 flight recorder's sequence number counts collectives, not microbatches).

@@ -135,7 +135,7 @@ def _signature(e: RaisedError, match: upstream_source.Match):
                 f"not the installed version: the message is not in its source word for word (reworded, or "
                 f"from another version); nearest check, {match.ratio:.0%} alike")
     cause = f"The check at {c.where} requires {c.condition}" + ("." if match.exact else
-            f" (the nearest check in the installed source: the run's version words it differently).")
+            " (the nearest check in the installed source: the run's version words it differently).")
     fix = rule.fix if rule else f"change the configuration so that {c.condition} holds (the check at {c.where})"
     return dataclasses.replace(
         UPSTREAM_CHECK, id=f"{UPSTREAM_CHECK.id}:{c.where}", cause=cause, fix=fix,
