@@ -23,6 +23,7 @@ import ast
 import difflib
 import functools
 import importlib.util
+from importlib import metadata
 import re
 import warnings
 from dataclasses import dataclass
@@ -137,8 +138,6 @@ def defining_files(function: str) -> tuple[str, ...]:
 
 def installed_version(rel: str) -> str:
     """'megatron-core 0.19.2' for a ``megatron/core/...`` path (the distribution holding the source read)."""
-    from importlib import metadata
-
     name = "megatron-bridge" if rel.startswith("megatron/bridge/") else "megatron-core"
     try:
         return f"{name} {metadata.version(name)}"
