@@ -74,3 +74,12 @@ def test_launch_slurm_exports_and_judges_the_same_values(flags, code, export, tm
         assert "export NCCL_NVLS_ENABLE=0" in out
     else:
         assert FIX in out and not any(line.startswith("export ") for line in out.splitlines())
+
+
+@pytest.mark.parametrize("flags,expected", [([], "CUDA_DEVICE_MAX_CONNECTIONS: 32  (default)"),
+                                            (["--env", "CUDA_DEVICE_MAX_CONNECTIONS=16"],
+                                             "CUDA_DEVICE_MAX_CONNECTIONS: 16  (set by an override)")])
+def test_the_finalized_value_is_the_one_in_force(flags, expected, capsys):
+    """The finalized section shows what the run gets: the launcher's exported value wins over cfg.env_vars."""
+    assert main(["plan", "--recipe", "qwen3_30b_a3b", "--no-predict", *flags]) == 0
+    assert expected in capsys.readouterr().out.splitlines()

@@ -54,14 +54,16 @@ class FinalizeResult:
         return [f"{k}: {v}" for k, v in self.summary.items()]
 
 
-def summarize(cfg: Any) -> dict[str, Any]:
+def summarize(cfg: Any, exported: dict[str, str] | None = None) -> dict[str, Any]:
     """The finalized EP-overlap fields of ``cfg`` as JSON-safe values (what dry runs print and
-    ``evidence.RunRecorder`` records)."""
+    ``evidence.RunRecorder`` records); ``CUDA_DEVICE_MAX_CONNECTIONS`` as the run gets it - the job's
+    ``exported`` value wins over ``cfg.env_vars`` (MB sets only what is not exported)."""
     out = {name: get_path(cfg, path) for name, path in SUMMARY_FIELDS}
     mbs = sizes.num_microbatches(out["global_batch_size"], out["micro_batch_size"], out["data_parallel_size"])
     if mbs is not None:
         out["num_microbatches"] = mbs
-    out["CUDA_DEVICE_MAX_CONNECTIONS"] = (cfg.env_vars or {}).get("CUDA_DEVICE_MAX_CONNECTIONS")
+    out["CUDA_DEVICE_MAX_CONNECTIONS"] = ((exported or {}).get("CUDA_DEVICE_MAX_CONNECTIONS")
+                                          or (cfg.env_vars or {}).get("CUDA_DEVICE_MAX_CONNECTIONS"))
     return {k: jsonable(v) for k, v in out.items()}
 
 
@@ -75,4 +77,4 @@ def finalize_for(cfg: Any, env: ClusterEnvironment) -> FinalizeResult:
         raise
     except (AssertionError, ValueError, TypeError, ZeroDivisionError, AttributeError, RuntimeError) as e:
         raise UpstreamRefusal(e) from e  # MB/MCore's own bare checks
-    return FinalizeResult(summarize(cfg))
+    return FinalizeResult(summarize(cfg, env.env_vars))
