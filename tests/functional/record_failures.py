@@ -202,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n}: {results[n]}", flush=True)
     (out / "cases.json").write_text(json.dumps(results, indent=1) + "\n")
     if summaries:
-        (out / "overhead.json").write_text(json.dumps(overhead(summaries), indent=1) + "\n")
         cost = overhead(summaries)
+        (out / "overhead.json").write_text(json.dumps(cost, indent=1) + "\n")
         print(f"overhead: {cost['overhead_percent']} % (median of {len(cost['pairs_percent'])} pairs, "
               f"range {cost['range_percent']})", flush=True)
     bad = [n for n, r in results.items() if r.get("skipped") or r.get("missing_evidence")]

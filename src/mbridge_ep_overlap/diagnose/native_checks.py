@@ -49,8 +49,6 @@ FORMATS: tuple[tuple[str, str, re.Pattern], ...] = (
 
 ROOTS = {"transformer-engine": ("transformer_engine/",), "deep-ep": ("csrc/",), "nccl": ("torch/csrc/",)}
 """Where a library's file path starts, so that two builds' absolute paths name the same check."""
-VERSIONED = {"transformer-engine": "transformer-engine", "deep-ep": "deep-ep", "nccl": "nccl"}
-"""Library -> its key in the facts' ``versions``: each changes such checks (or its error strings) between releases."""
 _UNREACHABLE = re.compile(r'^false\s*(?:and|&&)\s*"(.*)"$')
 """``EP_HOST_ASSERT(false and "Unsupported RDMA ranks")``: a branch the code does not support."""
 _FAILED_CALL = re.compile(r"^(CUDA|cuBLAS|cuDNN|NVRTC|cuBLASMp|MPI) [Ee]rror: ")
@@ -142,7 +140,7 @@ def _version(c: NativeCheck, facts: dict[str, dict]) -> str:
     """The run's version of the library: printed by the line itself, else from the facts, else not known."""
     if c.version:
         return f"{c.library} {c.version} (printed with the error)"
-    key = VERSIONED.get(c.library)
+    key = c.library  # the library's name is its key in the facts' ``versions`` (tools.run_evidence.DISTRIBUTIONS)
     seen = sorted({str((f.get("versions") or {}).get(key)) for f in facts.values()
                    if isinstance(f, dict) and (f.get("versions") or {}).get(key)})
     if seen:
