@@ -26,9 +26,13 @@ dist.all_reduce(value)
 argv = sys.argv[1:]
 run_flags = "--summary-json" in argv
 names = [] if run_flags else argv
-print("PROBE " + json.dumps({"rank": rank, "world_size": dist.get_world_size(), "sum": int(value.item()),
+# one write of the whole line (print writes the newline separately): the ranks share srun's output pipe,
+# where a write under PIPE_BUF is not interleaved with another rank's
+line = "PROBE " + json.dumps({"rank": rank, "world_size": dist.get_world_size(), "sum": int(value.item()),
                              "env": {name: os.environ.get(name) for name in names},
-                             **({"argv": argv} if run_flags else {})}), flush=True)
+                             **({"argv": argv} if run_flags else {})})
+sys.stdout.write(line + "\n")
+sys.stdout.flush()
 if run_flags:
     steps = []
     for i in range(4):

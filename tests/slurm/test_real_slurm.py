@@ -80,7 +80,9 @@ def _exports(script: str) -> dict[str, str]:
 
 
 def _probe_lines(text: str) -> list[dict]:
-    return [json.loads(line.split("PROBE ", 1)[1]) for line in text.splitlines() if "PROBE {" in line]
+    """Every ``PROBE {json}`` record in the job's output, wherever it starts (a line may hold two)."""
+    decoder = json.JSONDecoder()
+    return [decoder.raw_decode(text, m.end())[0] for m in re.finditer(r"PROBE (?=\{)", text)]
 
 
 def test_submitted_as_a_user_would_every_line_accepted_and_run_script_starts_on_every_rank(slurm, dry):
