@@ -543,7 +543,8 @@ def run_variant(base: RunSpec, name: str, variant: Variant, link: str, out: Path
     from .spec_file import write_spec
 
     spec = variant_spec(base, variant)
-    args = write_spec(spec, out / "runs" / f"{run_name(link, name)}.spec.json") + (["--profile-steps", f"{steps - profile}:{steps}"] if profile else [])
+    args = write_spec(spec, out / "runs" / f"{run_name(link, name)}.spec.json") + (
+        ["--profile-steps", f"{steps - profile}:{steps}"] if profile else [])
     env = {**LINKS[link], **variant.env}
     run = launch(run_name(link, name), nproc, args, timeout_s=timeout_s, env=env, log_root=out / "runs")
     if run.returncode != 0 or run.summary is None:
