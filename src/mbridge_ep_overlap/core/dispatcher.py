@@ -36,9 +36,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ..base.choices import (AUTO, CONFIG, DEFAULT, DISPATCHER, FLAG, FLEX_BACKENDS, MEASURED_DISPATCHERS, REGISTRY,
-                            Settled, settle_choices)
-from .provenance import Source
+from ..base.choices import AUTO, DISPATCHER, FLEX_BACKENDS, MEASURED_DISPATCHERS, REGISTRY, Settled, settle_choices
+from .provenance import Source, settled_source
 
 ALLTOALL_FIELDS = {"moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": None}
 """The model fields that select the alltoall dispatcher (no flex backend left behind)."""
@@ -201,14 +200,6 @@ def config_dispatcher(model, keep_current: bool) -> str | None:
     applied it - and it is one overlap can split; else None."""
     asked = recipe_request(model)
     return current_dispatcher(model) if keep_current or (asked is not None and asked.applied) else None
-
-
-_SETTLED_SOURCE = {FLAG: Source.REQUESTED, REGISTRY: Source.RECIPE, CONFIG: Source.RECIPE, DEFAULT: Source.DEFAULT}
-"""The plan's provenance word of a choice's settled source."""
-
-
-def settled_source(settled: Settled) -> Source:
-    return _SETTLED_SOURCE[settled.source]
 
 
 def decision_for(settled: Settled, model, target, resolve: str) -> Decision:

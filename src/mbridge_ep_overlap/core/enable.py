@@ -62,7 +62,7 @@ from .engine import Report, evaluate, malformed
 from ..base.errors import EPOverlapError, Severity, UsageError, Violation, require_optional_bool
 from .facts import Facts, get_path, set_path
 from .plan import FieldChange, OverlapPlan
-from .provenance import Source
+from .provenance import Source, settled_source
 from .rules import RULES_BY_ID
 from .rules.flex import expected_hybridep_ranks
 from .rules.values import MAX_CONNECTIONS
@@ -251,14 +251,14 @@ class Session:
 
         settled = self.settled(already_on)
         delay = settled[DELAY_WGRAD]
-        self.delay_source = dispatchers.settled_source(delay)
+        self.delay_source = settled_source(delay)
         self.delay_reason = "delayed wgrad is a separate opt-in" if delay.source == DEFAULT else ""
         edit.set_ep_flag("delay_wgrad_compute", delay.value, self.delay_reason or "delayed wgrad",
                         self.delay_source)
         edit.set("model.moe_shared_expert_overlap", False, "EP overlap on: shared-expert overlap is mutually exclusive "
                  "with it", Source.REQUESTED)
         priority = settled[HIGH_PRIORITY_A2A]
-        self.high_priority_source = dispatchers.settled_source(priority)
+        self.high_priority_source = settled_source(priority)
         if priority.source == DEFAULT:
             edit.set("model.high_priority_a2a_comm_stream", True, HIGH_PRIORITY_DEFAULT, Source.DEFAULT)
         elif priority.source in (FLAG, REGISTRY):

@@ -20,6 +20,7 @@ from ..base.errors import UsageError
 from ..spec import RunSpec, TargetSpec, resolve_recipe
 from ..base.gpus import GPU_CATALOG, canonical_gpu
 from .exits import positive_int
+from .spec_file import read_spec
 
 # flag -> RunSpec field, for the parallel and batch sizes
 SIZE_FLAGS = {
@@ -104,8 +105,6 @@ def spec_from_args(args: argparse.Namespace, *, this_machine: bool = False, num_
     """The validated spec; a registered recipe name is resolved here, before any front end imports
     Megatron, so a misspelt one is refused in a fraction of a second."""
     if getattr(args, "spec", None) is not None:
-        from .spec_file import read_spec  # start-up speed: only a launched job reads a file
-
         spec = read_spec(args.spec)
         return spec.replace(target=TargetSpec(this_machine=True)).validated() if this_machine else spec
     try:
