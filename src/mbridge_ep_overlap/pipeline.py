@@ -23,6 +23,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .base.choices import CHOICES
 from .base.errors import EPOverlapError, UsageError
 from .base.values import get_path
 from .core.enable import Options, Session, add_missing_sections, disable_ep_overlap, refuse_malformed
@@ -200,14 +201,12 @@ def _build(spec: RunSpec, recipe: Recipe, target: ClusterEnvironment, forward_st
     _apply_sizes(cfg, spec)
     entry = recipe.entry
     if spec.ep_overlap:
-        options = Options(
+        options = Options(  # each choice settled in one place (base.choices.settle_choices, in the Session)
             dispatcher=spec.dispatcher,
-            registered_dispatcher=entry.dispatcher,
-            delay_wgrad=entry.delay_wgrad if spec.delay_wgrad is None else spec.delay_wgrad,
-            high_priority_a2a=entry.high_priority_a2a if spec.high_priority_a2a is None else spec.high_priority_a2a,
+            delay_wgrad=spec.delay_wgrad,
+            high_priority_a2a=spec.high_priority_a2a,
             resolve=spec.resolve,
-            from_recipe=frozenset(n for n in ("dispatcher", "delay_wgrad", "high_priority_a2a")
-                                  if getattr(spec, n) is None and getattr(entry, n) is not None),
+            recipe_registry={name: getattr(entry, name) for name in CHOICES},
         )
         # The values judged are the ones the run gets (an override may mend a recipe's value): the
         # table runs after the overrides. A malformed value that configuring had to read first is

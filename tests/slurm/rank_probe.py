@@ -5,10 +5,11 @@ Joins the process group torchrun's c10d rendezvous set up (env://), all-reduces 
 ``PROBE {json}`` with its rank, the world size, the sum and the value of every variable named on the
 command line. With PROBE_FAIL_RANK=R, rank R then exits with PROBE_EXIT_CODE.
 
-Called with run_script.py's flags instead (a job array task: ``... --summary-json PATH``), it times
-a few all-reduces as "steps" and rank 0 writes an evidence summary at PATH in run_script's form
-(``steps``: iteration, step_time_s, loss; ``finalized``: what these flags set) - what ``bench
---report`` reads - naming the flags it was given, so a test sees which variant each task ran.
+Called with run_script.py's arguments instead (a job array task: ``--spec FILE ... --summary-json
+PATH``), it times a few all-reduces as "steps" and rank 0 writes an evidence summary at PATH in
+run_script's form (``steps``: iteration, step_time_s, loss; ``finalized``: what the spec file sets) -
+what ``bench --report`` reads - naming the arguments it was given and the spec it read
+(``probe_spec``), so a test sees which variant each task ran.
 """
 
 import json
@@ -41,8 +42,10 @@ if run_flags:
         steps.append({"iteration": i + 1, "step_time_s": max(time.perf_counter() - start, 1e-6), "loss": 10.0 - i})
     if rank == 0:
         flag = dict(zip(argv, argv[1:]))
-        summary = {"steps": steps, "probe_argv": argv,
-                   "finalized": {"overlap_moe_expert_parallel_comm": flag.get("--ep-overlap") == "on",
+        with open(flag["--spec"]) as f:
+            spec = json.load(f)
+        summary = {"steps": steps, "probe_argv": argv, "probe_spec": spec,
+                   "finalized": {"overlap_moe_expert_parallel_comm": spec["ep_overlap"],
                                  "global_batch_size": dist.get_world_size(), "seq_length": 16}}
         with open(flag["--summary-json"], "w") as f:
             json.dump(summary, f)

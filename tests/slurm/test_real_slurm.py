@@ -106,6 +106,9 @@ def test_submitted_as_a_user_would_every_line_accepted_and_run_script_starts_on_
     assert text.count("cannot train on this machine") == 2, text[-4000:]  # one per rank: both started
     assert re.search(r"rank\s*:\s*\d \(local_rank: \d\)\s*\n\s*exitcode\s*:\s*2", text), text[-3000:]
     assert not marker.exists() and not (root / "INJECTED").exists() and not (fresh / "INJECTED").exists()
+    # the override reached the job verbatim, as data: in the spec file every rank read
+    spec = json.loads((root / "logs" / f"{JOB}.spec.json").read_text())
+    assert spec["overrides"] == [f"checkpoint.save='/ckpt/$(touch {marker})'"], spec
 
 
 def test_stand_in_rendezvous_forms_with_the_plans_environment_on_every_rank(slurm, dry, tmp_path):
@@ -243,8 +246,8 @@ def array_dry(array_build):
 
 
 def test_stand_in_variant_array_each_task_runs_its_variant_and_bench_report_reads_the_folder(slurm, array_dry, capsys):
-    """Stand-in: rank_probe.py in place of run_script.py, given the task's run_script flags; it
-    writes the summary a run writes (rank 0), naming the flags it got."""
+    """Stand-in: rank_probe.py in place of run_script.py, given the task's run_script arguments (its
+    spec file, its folder); it writes the summary a run writes (rank 0), naming what it got."""
     from mbridge_ep_overlap.tools.cli import main as cli
 
     root, script = array_dry
@@ -261,9 +264,10 @@ def test_stand_in_variant_array_each_task_runs_its_variant_and_bench_report_read
         assert fields["StdOut"] == str(out) and f"variant {variant} (array task {task})" in text, text[-2000:]
         folder = run / "runs" / f"nvlink__{variant}"
         summary = json.loads((folder / "summary.json").read_text())
-        argv = summary["probe_argv"]
-        assert argv[argv.index("--ep-overlap") + 1] == flag and argv[argv.index("--max-steps") + 1] == "4", argv
-        assert argv[-4:] == ["--output-dir", str(folder), "--summary-json", str(folder / "summary.json")]
+        argv, spec = summary["probe_argv"], summary["probe_spec"]
+        assert argv == ["--spec", str(run / f"{JOB}.{variant}.spec.json"), "--output-dir", str(folder),
+                        "--summary-json", str(folder / "summary.json")], argv
+        assert spec["ep_overlap"] is (flag == "on") and spec["max_steps"] == 4, spec
         ranks = _probe_lines(text)
         assert sorted(r["rank"] for r in ranks) == [0, 1] and all(r["sum"] == 3 for r in ranks), text[-2000:]
         assert sorted(p.name for p in (folder / "torchrun").rglob("*.log")), list(folder.rglob("*"))  # rank logs

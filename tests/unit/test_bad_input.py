@@ -315,7 +315,9 @@ def test_generated_job_script_never_runs_injected_text(tmp_path, capsys):
     assert not marker.exists(), "injected text ran"
     recorded = calls.read_text()
     assert f"--container-image=img; {payload}" in recorded  # one argument, verbatim
-    assert f"checkpoint.save='/ckpt/{payload}'" in recorded
+    spec = tmp_path / "logs" / "job_1.spec.json"  # the override reaches the job as data, in its spec file
+    assert f"scripts/run_script.py\n--spec\n{spec}\n" in recorded
+    assert json.loads(spec.read_text())["overrides"] == [f"checkpoint.save='/ckpt/{payload}'"]
 
 
 # ---- property-based: random flags and overrides, the exit-code contract holds -------------------

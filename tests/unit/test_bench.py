@@ -46,15 +46,15 @@ def test_unknown_variant_or_link_is_a_usage_error(tmp_path):
 
 @pytest.mark.parametrize("shape", ["comm-bound", "balanced", "long-seq"])
 def test_benchmark_shapes_finalize_through_mb(shape, tmp_path, capsys):
-    """Every bench shape is a valid RunSpec for the proxy: launched as run_script flags
-    (flags.to_argv, what bench hands torchrun), MB's real finalize accepts it, and each keeps 16
-    microbatches of 8192 tokens per rank (the docs' commands rely on that)."""
+    """Every bench shape is a valid RunSpec for the proxy: launched as bench launches it (its spec
+    file, ``spec_file.write_spec``, read by run_script.py --spec), MB's real finalize accepts it, and
+    each keeps 16 microbatches of 8192 tokens per rank (the docs' commands rely on that)."""
     from mbridge_ep_overlap.tools.bench import SHAPES, shape_spec, variant_spec
-    from mbridge_ep_overlap.tools.flags import to_argv
     from mbridge_ep_overlap.tools.run import main
+    from mbridge_ep_overlap.tools.spec_file import write_spec
 
     spec = variant_spec(shape_spec("qwen3_moe_proxy", shape, 12, []), "overlap")
-    code = main([*to_argv(spec), "--dryrun", "--output-dir", str(tmp_path)])
+    code = main([*write_spec(spec, tmp_path / "spec.json"), "--dryrun", "--output-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out
     ffn = next(o.split("=")[1] for o in SHAPES[shape]["overrides"] if o.startswith("model.moe_ffn_hidden_size="))

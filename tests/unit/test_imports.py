@@ -57,6 +57,7 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("mbridge_ep_overlap.tools.bench", "mbridge_ep_overlap.target.probe"): _GPU_NODE,
     ("mbridge_ep_overlap.tools.bench", "mbridge_ep_overlap.tools.exits"): _CLI_START,
     ("mbridge_ep_overlap.tools.bench", "mbridge_ep_overlap.tools.flags"): _CLI_START,
+    ("mbridge_ep_overlap.tools.bench", "mbridge_ep_overlap.tools.spec_file"): _CLI_START,
     ("mbridge_ep_overlap.tools.calibrate_command", "mbridge_ep_overlap.predict.cluster_calibration"): _MODEL,
     ("mbridge_ep_overlap.tools.calibrate_command", "mbridge_ep_overlap.predict.costs"): _MODEL,
     ("mbridge_ep_overlap.tools.calibrate_command", "mbridge_ep_overlap.predict.inputs"): _MODEL,

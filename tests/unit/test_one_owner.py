@@ -1,6 +1,7 @@
 """Each run choice is decided once: a traced dry run checks the dispatcher name once, validates
-the spec once, loads and calls the recipe function once and enters the target's simulation once
-per build; the choices' names have one owner (``base.choices``)."""
+the spec once, settles the overlap choices once (``base.choices.settle_choices``), loads and calls
+the recipe function once and enters the target's simulation once per build; the choices' names have
+one owner (``base.choices``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from mbridge_ep_overlap.base import choices
 def counted(monkeypatch):
     """Counters on the steps a build must take once each."""
     from mbridge_ep_overlap import spec as spec_module
+    from mbridge_ep_overlap.core import dispatcher as dispatcher_module
+    from mbridge_ep_overlap.core import enable as enable_module
     from mbridge_ep_overlap.target import simulate as simulate_module
 
     counts: collections.Counter = collections.Counter()
@@ -29,6 +32,9 @@ def counted(monkeypatch):
     checked_name = counting("dispatcher name checked", choices.dispatcher_name)
     for module in (choices, spec_module):
         monkeypatch.setattr(module, "dispatcher_name", checked_name)
+    settled = counting("choices settled", choices.settle_choices)
+    for module in (choices, enable_module, dispatcher_module):
+        monkeypatch.setattr(module, "settle_choices", settled)
     monkeypatch.setattr(spec_module.RunSpec, "_checked", counting("spec validated", spec_module.RunSpec._checked))
     load = spec_module.Recipe._load
     monkeypatch.setattr(spec_module.Recipe, "_load",
@@ -53,7 +59,7 @@ def test_a_dry_run_decides_each_choice_once(counted, tmp_path, capsys):
     assert rc == 0, capsys.readouterr().err
     # one simulation for the build, one for MB's finalize (a step of its own)
     assert dict(counted) == {"dispatcher name checked": 1, "spec validated": 1, "recipe function loaded": 1,
-                             "recipe function called": 1, "target simulated": 2}
+                             "recipe function called": 1, "target simulated": 2, "choices settled": 1}
 
 
 def test_a_flex_backend_is_applied_inside_the_builds_one_simulation(counted):
@@ -63,7 +69,38 @@ def test_a_flex_backend_is_applied_inside_the_builds_one_simulation(counted):
     built = build(RunSpec(recipe="qwen3_30b_a3b", dispatcher="HybridEP", target=TargetSpec(gpu="h100", num_gpus=16)))
     assert built.plan.dispatcher == "hybridep"
     assert counted["target simulated"] == 1 and counted["dispatcher name checked"] == 1
-    assert counted["recipe function called"] == 1
+    assert counted["recipe function called"] == 1 and counted["choices settled"] == 1
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_build_settles_the_choices_once_and_the_plan_says_where_each_came_from(counted, overlap):
+    from mbridge_ep_overlap.pipeline import build
+    from mbridge_ep_overlap.spec import RunSpec, TargetSpec, resolve_recipe
+
+    spec = RunSpec(recipe="qwen3_30b_a3b", ep_overlap=overlap, dispatcher="alltoall",
+                   target=TargetSpec(gpu="h100", num_gpus=16))
+    built = build(spec)
+    assert counted["choices settled"] == 1
+    if not overlap:
+        assert built.plan is None
+        return
+    entry = resolve_recipe("qwen3_30b_a3b").entry
+    assert built.plan.settled_by["dispatcher"] == "flag"
+    assert built.plan.settled_by["delay_wgrad"] == ("default" if entry.delay_wgrad is None else "recipe registry")
+    assert built.plan.to_dict()["settled_by"] == built.plan.settled_by
+    assert set(built.plan.settled_by) == set(choices.CHOICES)
+
+
+def test_settling_takes_the_flag_then_the_registry_then_the_config_then_the_default():
+    settle = choices.settle_choices
+    flags = {"dispatcher": "deepep", "delay_wgrad": None, "high_priority_a2a": None}
+    got = settle(flags, {"delay_wgrad": True, "dispatcher": "hybridep"}, {"high_priority_a2a": False, "delay_wgrad": False})
+    assert got == {"dispatcher": choices.Settled("deepep", "flag"),
+                   "delay_wgrad": choices.Settled(True, "recipe registry"),
+                   "high_priority_a2a": choices.Settled(False, "config")}
+    assert settle({}) == {name: choices.Settled(value, "default") for name, value in choices.CHOICE_DEFAULTS.items()}
+    # False is a choice, not "none given"
+    assert settle({"delay_wgrad": False}, {"delay_wgrad": True})["delay_wgrad"] == choices.Settled(False, "flag")
 
 
 def test_overlap_off_records_the_dispatcher_edits_it_makes():

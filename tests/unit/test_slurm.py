@@ -3,6 +3,7 @@ the way back is written beside it; nothing is submitted without confirmation. (T
 submitted to a real Slurm: tests/slurm.)"""
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -35,8 +36,14 @@ def test_qwen3_30b_two_nodes(capsys, tmp_path):
     for line in ("#SBATCH --nodes=2", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=batch",
                  "export CUDA_DEVICE_MAX_CONNECTIONS=32", "export NCCL_NVLS_ENABLE=0",
                  "torchrun --nnodes $SLURM_NNODES --nproc_per_node 8",
-                 "scripts/run_script.py --recipe qwen3_30b_a3b --ep-overlap on train.train_iters=50"):
+                 f"scripts/run_script.py --spec {tmp_path}/logs/ep-overlap-qwen3_30b_a3b.spec.json\n"):
         assert line in out, line
+    # the job is given the run description as data: the spec it was judged with, read back as run_script reads it
+    from mbridge_ep_overlap.tools.spec_file import read_spec
+
+    spec = read_spec(tmp_path / "logs" / "ep-overlap-qwen3_30b_a3b.spec.json")
+    assert (spec.recipe, spec.ep_overlap, spec.overrides) == ("qwen3_30b_a3b", True, ("train.train_iters=50",))
+    assert (spec.target.num_gpus, "NCCL_NVLS_ENABLE=0" in spec.target.env) == (16, True)
     # the exports come before the process starts
     assert out.index("export CUDA_DEVICE_MAX_CONNECTIONS") < out.index("srun ")
     path = tmp_path / "job.sbatch"
@@ -226,7 +233,8 @@ def test_dry_run_writes_both_configs_as_plain_megatron_bridge_yaml_the_plan_and_
     assert code == 0, err
     job = "ep-overlap-qwen3_moe_proxy"
     names = sorted(p.name for p in logs.iterdir())
-    assert names == sorted(f"{job}{s}" for s in (".config.yaml", ".baseline.yaml", ".plan.json", ".baseline.sbatch"))
+    assert names == sorted(f"{job}{s}" for s in (".config.yaml", ".baseline.yaml", ".plan.json", ".baseline.sbatch",
+                                                 ".spec.json", ".baseline.spec.json"))
     rollback = f"sbatch {logs / job}.baseline.sbatch"
     body = out.splitlines()[out.splitlines().index("set -euo pipefail") + 1:]
     first = body[:4]  # right after the #SBATCH header and set -e: the job's first log lines
@@ -234,7 +242,10 @@ def test_dry_run_writes_both_configs_as_plain_megatron_bridge_yaml_the_plan_and_
         str(logs / f"{job}.config.yaml"), str(logs / f"{job}.baseline.yaml"), str(logs / f"{job}.plan.json"), rollback]
     assert rollback in err
     baseline = (logs / f"{job}.baseline.sbatch").read_text()
-    assert "--ep-overlap off" in baseline and "--ep-overlap on" in out and "export CUDA_DEVICE_MAX_CONNECTIONS" not in baseline
+    assert f"--spec {logs / job}.baseline.spec.json\n" in baseline and f"--spec {logs / job}.spec.json\n" in out
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS" not in baseline
+    specs = [json.loads((logs / f"{job}{s}").read_text()) for s in (".spec.json", ".baseline.spec.json")]
+    assert [s["ep_overlap"] for s in specs] == [True, False]
     plan = json.loads((logs / f"{job}.plan.json").read_text())
     assert plan["job"]["nodes"] == 1 and plan["plan"] and plan["finalized"] and plan["spec"]["ep_overlap"] is True
     probe = f"""
@@ -318,9 +329,10 @@ def _fake_bin(folder: Path) -> Path:
 
 
 def test_variants_array_task_i_runs_variant_i_with_the_same_spec(array_dry, tmp_path):
-    from mbridge_ep_overlap.spec import RunSpec
+    from mbridge_ep_overlap.spec import RunSpec, TargetSpec
     from mbridge_ep_overlap.tools.bench import variant_spec
-    from mbridge_ep_overlap.tools.flags import to_argv
+    from mbridge_ep_overlap.tools.spec_file import read_spec
+    from mbridge_ep_overlap.tools.slurm_variants import slug
 
     root, out, err = array_dry
     run = root / "run"
@@ -350,7 +362,11 @@ def test_variants_array_task_i_runs_variant_i_with_the_same_spec(array_dry, tmp_
         plan = json.loads((run / task["plan"]).read_text())
         assert plan["variant"] == task["variant"] and plan["array_task"] == task["task"]
         assert (run / task["config"]).exists()
-        assert run_args[:-4] == to_argv(variant_spec(base, task["variant"])), run_args  # only the variant differs
+        spec_file = run / f"{ARRAY_JOB}.{slug(task['variant'])}.spec.json"
+        assert run_args[:-4] == ["--spec", str(spec_file)], run_args  # the task's run description, as data
+        written = read_spec(spec_file)
+        assert written.target.gpu == "h200" and written.target.num_gpus == 2  # the cluster it was judged for
+        assert written.replace(target=TargetSpec()) == variant_spec(base, task["variant"])  # only the variant differs
     bad = subprocess.run(["bash", str(path)], capture_output=True, text=True, cwd=tmp_path,
                          env={"PATH": f"{fake}:/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": "3"})
     assert bad.returncode == 2 and "no variant (0-2)" in bad.stderr
@@ -362,7 +378,9 @@ def test_variants_export_each_variants_own_plan_environment(array_dry):
     off, hiprio, overlap = blocks[:3]
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in off and "export CUDA_DEVICE_MAX_CONNECTIONS=32" in overlap
     assert all("export NCCL_NVLS_ENABLE=0" in b for b in (off, hiprio, overlap))
-    assert "--a2a-priority high" in hiprio and "--a2a-priority default" in overlap and "--ep-overlap off" in off
+    specs = [json.loads(Path(shlex.split(b.split("SPEC_FILE=", 1)[1].splitlines()[0])[0]).read_text())
+             for b in (off, hiprio, overlap)]
+    assert [(s["ep_overlap"], s["high_priority_a2a"]) for s in specs] == [(False, None), (True, True), (True, False)]
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -29,8 +29,9 @@ EFFECTS = {
 
 
 class FakeCluster:
-    """Stands in for ``launch.launch``: reads the run_script flags, overrides, environment and NCCL
-    YAML a real job would get, and returns the summary such a job would write."""
+    """Stands in for ``launch.launch``: reads the spec file (``run_script.py --spec``), the other
+    run_script flags, environment and NCCL YAML a real job would get, and returns the summary such a
+    job would write."""
 
     def __init__(self, tmp: Path, run_s: float = 80.0):
         self.now, self.run_s, self.tmp = 0.0, run_s, tmp
@@ -43,9 +44,10 @@ class FakeCluster:
         self.now += self.run_s
         folder = Path(log_root) / name
         folder.mkdir(parents=True, exist_ok=True)
-        overrides = [a for a in args if "=" in a and not a.startswith("-")]
+        spec = json.loads(Path(args[args.index("--spec") + 1]).read_text())
+        overrides = list(spec["overrides"])
         keys = list(overrides)
-        mbs = int(args[len(args) - 1 - args[::-1].index("--micro-batch-size") + 1])
+        mbs = int(spec["micro_batch_size"])
         for o in overrides:
             if o.startswith("train.micro_batch_size="):
                 mbs = int(o.split("=")[1])
@@ -57,12 +59,12 @@ class FakeCluster:
                 nccl = yaml.safe_load(Path(o.split("=", 1)[1]).read_text())
                 keys += [f"nccl:{k}={v}" for k, v in nccl["ep"].items()]
         keys += [f"env:{k}={v}" for k, v in (env or {}).items()]
-        on = args[args.index("--ep-overlap") + 1] == "on"
+        on = spec["ep_overlap"]
         step, peak, dloss = (OVERLAP_S, 43.6, 0.0) if on else (OFF_S, 38.1, 0.0)
         for key in keys:
             d, f, dl = EFFECTS.get(key, (0.0, 1.0, 0.0))
             step, peak, dloss = step + d, peak * f, dloss + dl
-        self.calls.append({"name": name, "args": list(args), "env": dict(env or {}), "nccl": nccl, "step": step})
+        self.calls.append({"name": name, "args": list(args), "spec": spec, "env": dict(env or {}), "nccl": nccl, "step": step})
         steps = [{"iteration": i, "loss": 10 - 0.1 * i + (dloss if i == 4 else 0.0), "skipped": False,
                   "step_time_s": step * (1.3 if i == 0 else 1.0)} for i in range(8)]
         compute = 2.77 if on else 2.62
@@ -111,11 +113,10 @@ def test_greedy_search_order_disqualification_and_winner(cluster, tmp_path, caps
     assert o.winner.name == "overlap+hiprio+nccl.ep.min_ctas=16" and o.stopped == ""
     # every candidate ran with the shape's flags, the same seed/data and its own settings
     mbs1 = next(c for c in cluster.calls if "mbs_1" in c["name"])
-    assert mbs1["args"][mbs1["args"].index("--micro-batch-size") + 1] == "1"
-    assert "--global-batch-size" in mbs1["args"] and mbs1["args"][mbs1["args"].index("--global-batch-size") + 1] == "64"
+    assert (mbs1["spec"]["micro_batch_size"], mbs1["spec"]["global_batch_size"]) == (1, 64)
     cdmc = next(c for c in cluster.calls if "cdmc" in c["name"])
     assert cdmc["env"] == {"NCCL_P2P_DISABLE": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "8"}
-    assert "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8" in cdmc["args"]
+    assert "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8" in cdmc["spec"]["overrides"]
     assert all(c["args"][c["args"].index("--profile-steps") + 1] == "6:8" for c in cluster.calls)
     out = capsys.readouterr().out
     assert "| 1 | overlap+hiprio+nccl.ep.min_ctas=16 **(winner)** | 3.250 |" in out
@@ -267,10 +268,10 @@ def test_candidate_overrides_compose(tmp_path):
 
 
 def test_every_knob_option_finalizes_through_mb(tmp_path, capsys):
-    """Each alltoall candidate, launched as bench would launch it (flags.to_argv of the long-seq
+    """Each alltoall candidate, launched as bench would launch it (the spec file of the long-seq
     shape plus the candidate), is accepted by MB's real finalize in run_script's dry run."""
-    from mbridge_ep_overlap.tools.flags import to_argv
     from mbridge_ep_overlap.tools.run import main
+    from mbridge_ep_overlap.tools.spec_file import write_spec
 
     base = bench.shape_spec("qwen3_moe_proxy", "long-seq", 8, [])
     cand = tune.Candidate()
@@ -278,7 +279,8 @@ def test_every_knob_option_finalizes_through_mb(tmp_path, capsys):
         ctx = tune.Context(base=base, dispatcher="alltoall", best=cand, evidence={}, te=False)
         cand = cand.with_change(tune.KNOBS[knob](ctx)[0])
     v = cand.variant("alltoall", tmp_path / "nccl")
-    code = main([*to_argv(bench.variant_spec(base, v)), "--dryrun", "--output-dir", str(tmp_path / "dry")])
+    spec = write_spec(bench.variant_spec(base, v), tmp_path / "spec.json")
+    code = main([*spec, "--dryrun", "--output-dir", str(tmp_path / "dry")])
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     assert "micro_batch_size: 1" in out and "num_microbatches: 32" in out and "global_batch_size: 64" in out
@@ -439,8 +441,8 @@ def test_bench_tune_command_line(cluster, tmp_path, capsys):
     code = main(["bench", "--tune", "--budget", "100000", "--shape", "long-seq", "--links", "throttled",
                  "--out", str(tmp_path / "t")])
     assert code == 0, capsys.readouterr().err
-    first = cluster.calls[0]["args"]
-    assert first[first.index("--max-steps") + 1] == "8" and first[first.index("--profile-steps") + 1] == "6:8"
+    first = cluster.calls[0]
+    assert first["spec"]["max_steps"] == 8 and first["args"][first["args"].index("--profile-steps") + 1] == "6:8"
     assert json.loads((tmp_path / "t" / "tuned.json").read_text())["changes"] == ["hiprio", "nccl.ep.min_ctas=16"]
     assert "tune: winner:" in capsys.readouterr().out
 

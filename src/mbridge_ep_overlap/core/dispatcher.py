@@ -10,7 +10,8 @@ Contract
   ``availability`` says whether a backend's package is on the target (True / False / None =
   unknown), ``problems`` lists every reason a backend cannot run on a target. The flex rules, the
   decision below and ``doctor`` all call these, so they cannot disagree.
-* ``decide(requested, model, target, resolve, keep_current)`` is the one decision path: it turns ``auto``
+* ``decision_for(settled, model, target, resolve)`` is the one decision path, on the choice
+  ``base.choices.settle_choices`` settled (``decide`` settles it first): it turns ``auto``
   into a backend (and says why), keeps the config's own dispatcher when none was requested, and -
   only with ``resolve="auto"`` - falls back to alltoall when the requested backend cannot run on
   the target, recording why. ``apply`` then calls MB's ``apply_flex_dispatcher_backend`` (with the
@@ -29,13 +30,14 @@ Contract
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import types
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ..base.choices import AUTO, FLEX_BACKENDS, MEASURED_DISPATCHERS
-from .provenance import Source
+from ..base.choices import AUTO, DISPATCHER, FLEX_BACKENDS, MEASURED_DISPATCHERS, REGISTRY, Settled, settle_choices
+from .provenance import Source, settled_source
 
 ALLTOALL_FIELDS = {"moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": None}
 """The model fields that select the alltoall dispatcher (no flex backend left behind)."""
@@ -184,20 +186,32 @@ def _availability_text(target) -> str:
 
 def decide(requested: str | None, model, target, resolve: str, keep_current: bool,
            registered: str | None = None) -> Decision:
-    """The dispatcher overlap will use, and why: the one place its default is settled. In order:
-    ``requested`` (the caller's); the registered recipe's choice (``registered``, its registry row);
-    the config's own when ``keep_current`` (the config already enables overlap) or the recipe asked
-    MB's ``apply_flex_dispatcher_backend`` for it, and it is one overlap can split; else alltoall."""
+    """The dispatcher overlap will use, and why: ``requested`` (the caller's), the registered recipe's
+    choice (``registered``, its registry row), the config's own (``config_dispatcher``), else
+    alltoall - settled by ``base.choices.settle_choices`` - then ``decision_for`` it."""
+    settled = settle_choices({DISPATCHER: requested}, {DISPATCHER: registered},
+                             {DISPATCHER: config_dispatcher(model, keep_current)})[DISPATCHER]
+    return decision_for(settled, model, target, resolve)
+
+
+def config_dispatcher(model, keep_current: bool) -> str | None:
+    """The config's own dispatcher when overlap keeps it: the config already enables overlap
+    (``keep_current``) or the recipe asked MB's ``apply_flex_dispatcher_backend`` for it and MB
+    applied it - and it is one overlap can split; else None."""
+    asked = recipe_request(model)
+    return current_dispatcher(model) if keep_current or (asked is not None and asked.applied) else None
+
+
+def decision_for(settled: Settled, model, target, resolve: str) -> Decision:
+    """The dispatcher of a settled choice (``base.choices.settle_choices``): ``auto`` turned into a
+    backend (``_auto``), the registry row's named so; with ``resolve="auto"`` alltoall instead of a
+    backend that cannot run on the target, recording why."""
     ep = getattr(model, "expert_model_parallel_size", None) or 1
-    if requested is None and registered is not None:
-        decision = _auto(target, ep, model) if registered == AUTO else Decision(registered, _REGISTERED, source=Source.RECIPE)
-    elif requested is None:
-        asked = recipe_request(model)
-        kept = current_dispatcher(model) if keep_current or (asked is not None and asked.applied) else None
-        decision = (Decision(kept, "", source=Source.RECIPE) if kept
-                    else Decision("alltoall", "", source=Source.DEFAULT))
-    else:  # a name checked where the run was described (RunSpec, Options): base.choices.dispatcher_name
-        decision = _auto(target, ep, model) if requested == AUTO else Decision(requested, "")
+    source = settled_source(settled)
+    if settled.value == AUTO:  # a name checked where the run was described (RunSpec, Options): dispatcher_name
+        decision = dataclasses.replace(_auto(target, ep, model), source=source)
+    else:
+        decision = Decision(settled.value, _REGISTERED if settled.source == REGISTRY else "", source=source)
     if resolve == "auto" and decision.dispatcher != "alltoall":
         why = [p for p in problems(decision.dispatcher, target) if "allow-list" not in p]
         if why:  # the allow-list fallback is MB's own, seen by `apply`

@@ -33,7 +33,7 @@ Contract
   of two); conflicts the user must decide about raise ``EPOverlapError`` listing all of them; what
   has no fix raises in both modes;
 * labels every change and choice of the plan with one ``provenance.Source``: requested (an argument
-  given), the recipe's (``Options.from_recipe``: a registered recipe's choice, or a value the config
+  given), the recipe's (``Options.recipe_registry``: a registered recipe's choice, or a value the config
   had), default, set by resolve, set by an override (found changed after configuring);
 * is atomic: all work happens on a deep copy; only when every check passes are the recorded
   changes replayed onto ``cfg``. If it raises, ``cfg`` is exactly as it was;
@@ -53,7 +53,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..base.choices import ALLTOALL, OPTIONAL_SWITCHES, dispatcher_name, resolve_mode
+from ..base.choices import (ALLTOALL, CHOICES, DEFAULT, DELAY_WGRAD, DISPATCHER, FLAG, HIGH_PRIORITY_A2A, OPTIONAL_SWITCHES,
+                            REGISTRY, Settled, dispatcher_name, resolve_mode, settle_choices)
 from ..target.cluster import ClusterEnvironment
 from . import dispatcher as dispatchers
 from .arguments import require_config, require_target
@@ -61,7 +62,7 @@ from .engine import Report, evaluate, malformed
 from ..base.errors import EPOverlapError, Severity, UsageError, Violation, require_optional_bool
 from .facts import Facts, get_path, set_path
 from .plan import FieldChange, OverlapPlan
-from .provenance import Source
+from .provenance import Source, settled_source
 from .rules import RULES_BY_ID
 from .rules.flex import expected_hybridep_ranks
 from .rules.values import MAX_CONNECTIONS
@@ -74,7 +75,6 @@ EP_FLAGS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
 HIGH_PRIORITY_DEFAULT = ("high-priority all-to-all stream (never slower in the paired 2x H200 "
                          "measurements, docs/benchmarks.md; high_priority_a2a=False turns it off)")
 DEFAULT_MAX_CONNECTIONS = 32
-CHOICES = ("dispatcher", "delay_wgrad", "high_priority_a2a")
 
 
 @dataclass(frozen=True)
@@ -87,15 +87,9 @@ class Options:
     resolve: str = "error"
     cuda_device_max_connections: int | None = None
     """None: this package's default, ``DEFAULT_MAX_CONNECTIONS``."""
-    from_recipe: frozenset[str] = frozenset()
-    """Which of ``CHOICES`` hold the recipe's own choice (a registered recipe's entry), not the caller's."""
-
-    def source(self, name: str) -> Source:
-        """Who made choice ``name`` given here: the recipe (``from_recipe``) or the caller."""
-        return Source.RECIPE if name in self.from_recipe else Source.REQUESTED
-
-    registered_dispatcher: str | None = None
-    """The registered recipe's dispatcher (its registry row), used when ``dispatcher`` is None."""
+    recipe_registry: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The registered recipe's choices (its registry row: ``CHOICES`` -> value, None = none), used where
+    the caller makes none (``base.choices.settle_choices``)."""
 
     def validated(self) -> "Options":
         resolve_mode(self.resolve)
@@ -230,6 +224,21 @@ class Session:
         self.delay_source = Source.DEFAULT
         self.planned: dict[str, bool] = {}  # delayed wgrad and stream priority as configuring left them
         self.high_priority_source = Source.DEFAULT
+        self._settled: dict[str, Settled] | None = None
+
+    def settled(self, already_on: bool) -> dict[str, Settled]:
+        """Each choice settled once for the session (``base.choices.settle_choices``): the caller's,
+        the registry row's, the config's own (when it already enables overlap; its dispatcher also
+        when the recipe asked MB for it and MB applied it), the default."""
+        if self._settled is None:
+            opts, model = self.options, self.cfg.model
+            config = {DISPATCHER: dispatchers.config_dispatcher(model, already_on)}
+            if already_on:
+                facts = Facts(self.cfg, self.target)
+                config.update({DELAY_WGRAD: facts.delay_wgrad,
+                               HIGH_PRIORITY_A2A: bool(facts.model("high_priority_a2a_comm_stream"))})
+            self._settled = settle_choices({name: getattr(opts, name) for name in CHOICES}, opts.recipe_registry, config)
+        return self._settled
 
     # ---- configure -------------------------------------------------------------------------
     def configure(self) -> "Session":
@@ -240,25 +249,22 @@ class Session:
             edit.set(path, value, reason, Source.DEFAULT)
         edit.set_ep_flag("overlap_moe_expert_parallel_comm", True, "EP overlap on", Source.REQUESTED)
 
-        if opts.delay_wgrad is not None:
-            delay, self.delay_reason, self.delay_source = opts.delay_wgrad, "", opts.source("delay_wgrad")
-        elif already_on:
-            delay, self.delay_reason, self.delay_source = Facts(cfg, self.target).delay_wgrad, "", Source.RECIPE
-        else:
-            delay, self.delay_reason, self.delay_source = False, "delayed wgrad is a separate opt-in", Source.DEFAULT
-        edit.set_ep_flag("delay_wgrad_compute", delay, self.delay_reason or "delayed wgrad",
+        settled = self.settled(already_on)
+        delay = settled[DELAY_WGRAD]
+        self.delay_source = settled_source(delay)
+        self.delay_reason = "delayed wgrad is a separate opt-in" if delay.source == DEFAULT else ""
+        edit.set_ep_flag("delay_wgrad_compute", delay.value, self.delay_reason or "delayed wgrad",
                         self.delay_source)
         edit.set("model.moe_shared_expert_overlap", False, "EP overlap on: shared-expert overlap is mutually exclusive "
                  "with it", Source.REQUESTED)
-        if opts.high_priority_a2a is not None:
-            self.high_priority_source = opts.source("high_priority_a2a")
-            edit.set("model.high_priority_a2a_comm_stream", opts.high_priority_a2a,
-                     f"{'high' if opts.high_priority_a2a else 'default'}-priority all-to-all stream",
-                     self.high_priority_source)
-        elif not already_on:
+        priority = settled[HIGH_PRIORITY_A2A]
+        self.high_priority_source = settled_source(priority)
+        if priority.source == DEFAULT:
             edit.set("model.high_priority_a2a_comm_stream", True, HIGH_PRIORITY_DEFAULT, Source.DEFAULT)
-        else:
-            self.high_priority_source = Source.RECIPE
+        elif priority.source in (FLAG, REGISTRY):
+            edit.set("model.high_priority_a2a_comm_stream", priority.value,
+                     f"{'high' if priority.value else 'default'}-priority all-to-all stream",
+                     self.high_priority_source)
         self.configure_dispatcher(overlap=True, keep_current=already_on)
         connections = opts.cuda_device_max_connections
         recipe_value = str((cfg.env_vars or {}).get("CUDA_DEVICE_MAX_CONNECTIONS"))
@@ -281,8 +287,9 @@ class Session:
         a named one is set as asked (``auto`` ranks dispatchers for the overlapped schedule and is
         refused by ``RunSpec.validated``); overlap on: ``dispatcher.decide``."""
         requested, resolve = self.options.dispatcher, self.options.resolve
+        settled = self.settled(keep_current)[DISPATCHER]
         asked = dispatchers.recipe_fell_back(self.cfg.model)
-        named = requested if requested is not None else self.options.registered_dispatcher
+        named = settled.value if settled.source in (FLAG, REGISTRY) else None
         accepted = settle_recipe_fallback(self.cfg, named, resolve, self.target, self.edit)
         if accepted is not None:
             self.warnings.append(accepted)
@@ -291,11 +298,8 @@ class Session:
                               f"{asked.gpu_name}")
         if not overlap and requested is None:
             return
-        decision = (dispatchers.decide(requested, self.cfg.model, self.target, resolve, keep_current=keep_current,
-                                       registered=self.options.registered_dispatcher)
+        decision = (dispatchers.decision_for(settled, self.cfg.model, self.target, resolve)
                     if overlap else dispatchers.Decision(requested, ""))
-        if decision.source is Source.REQUESTED:
-            decision = dataclasses.replace(decision, source=self.options.source("dispatcher"))
         self.decision = decision
         self.notes += [f"resolve='auto': {why}" for why in decision.fallbacks]
         model = self.cfg.model
@@ -393,6 +397,7 @@ class Session:
             high_priority_a2a=high_priority,
             high_priority_a2a_source=priority_source,
             resolve=self.options.resolve,
+            settled_by={name: choice.source for name, choice in (self._settled or {}).items()},
             environment=self.target.summary(),
             changes=list(self.edit.changes),
             env_vars={k: v for k, v in self.env_vars.items() if runs_with[k] == v},

@@ -4,7 +4,8 @@ Contract: a plan is a record, not an instruction. It lists every field changed (
 ``ConfigContainer``, old value, new value, reason), the environment variables put into
 ``cfg.env_vars`` (and those left alone because the user had set them), each with the value the
 run gets (one an override or the launcher changed after the plan is listed as such), the dispatcher, delayed
-wgrad and all-to-all priority *as the config holds them at the end*, warnings and advice that did not
+wgrad and all-to-all priority *as the config holds them at the end* (and where each was settled:
+``settled_by``), warnings and advice that did not
 block, rules that could not be checked on the target, and notes. Every change, environment variable
 and choice carries exactly one ``provenance.Source`` and its line shows that word first, then why.
 """
@@ -50,6 +51,9 @@ class OverlapPlan:
     dispatcher_source: Source = Source.DEFAULT
     delay_wgrad_source: Source = Source.DEFAULT
     high_priority_a2a_source: Source = Source.DEFAULT
+    settled_by: dict[str, str] = field(default_factory=dict)
+    """Where each choice's value was settled (``base.choices.settle_choices``): flag, recipe registry,
+    config or default."""
     changes: list[FieldChange] = field(default_factory=list)
     env_vars: dict[str, str] = field(default_factory=dict)
     env_vars_kept: dict[str, str] = field(default_factory=dict)
@@ -92,6 +96,7 @@ class OverlapPlan:
             "high_priority_a2a": self.high_priority_a2a,
             "high_priority_a2a_source": self.high_priority_a2a_source.value,
             "resolve": self.resolve,
+            "settled_by": dict(self.settled_by),
             "environment": self.environment,
             "changes": changes,
             "env_vars": dict(self.env_vars),

@@ -6,11 +6,14 @@ plan prints - ``requested`` (the caller passed it: an argument of ``enable_ep_ov
 package's choice where nobody made one), ``set by resolve`` (an edit of ``resolve='auto'``), ``set by
 an override`` (``--set`` / Hydra-style overrides, or the launcher's environment). ``labelled`` writes
 a reason with its source first, so a reader (and a test) finds the source in one place.
+``settled_source`` is the word of a choice as ``base.choices.settle_choices`` settled it.
 """
 
 from __future__ import annotations
 
 import enum
+
+from ..base.choices import CONFIG, DEFAULT, FLAG, REGISTRY, Settled
 
 
 class Source(enum.Enum):
@@ -33,3 +36,12 @@ these among its inputs' sources - the latest hand that moved any input."""
 def strongest(sources: list[Source]) -> Source:
     """The source of a value derived from values of ``sources`` (``PRECEDENCE``); the recipe's when none."""
     return next((s for s in PRECEDENCE if s in sources), Source.RECIPE)
+
+
+_SETTLED = {FLAG: Source.REQUESTED, REGISTRY: Source.RECIPE, CONFIG: Source.RECIPE, DEFAULT: Source.DEFAULT}
+
+
+def settled_source(settled: Settled) -> Source:
+    """The plan's word for a settled choice: a flag is requested, the registry row and the config's own
+    value are the recipe's, the library's default is default."""
+    return _SETTLED[settled.source]

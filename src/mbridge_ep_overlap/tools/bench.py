@@ -4,7 +4,7 @@ Contract
 --------
 Runs one recipe as separate ``torchrun`` jobs (``launch.launch``), one per variant and link: the
 same seed, mock data, shape and overrides. A shape and a variant are typed ``RunSpec`` changes
-(``SHAPES``, ``VARIANTS``), turned into ``run_script.py`` flags by ``flags.to_argv`` only at
+(``SHAPES``, ``VARIANTS``), written as each job's spec file (``spec_file.write_spec``) only at
 launch. Before the first job: every argument is checked, the ``--tuned`` file too
 (``tune.load_tuned_variant``), then each job's spec is built and judged as ``run_script.py`` will build it
 in the job (``check_jobs``: ``pipeline.build`` on this machine with the job's variables - a bad
@@ -540,10 +540,11 @@ def run_name(link: str, variant: str) -> str:
 def run_variant(base: RunSpec, name: str, variant: Variant, link: str, out: Path, *, nproc: int, steps: int,
                 warmup: int, profile: int, timeout_s: float) -> VariantResult:
     """One variant on one link as its own torchrun job (``launch``); a failed job is a failed row."""
-    from .flags import to_argv
+    from .spec_file import write_spec
 
     spec = variant_spec(base, variant)
-    args = to_argv(spec) + (["--profile-steps", f"{steps - profile}:{steps}"] if profile else [])
+    args = write_spec(spec, out / "runs" / f"{run_name(link, name)}.spec.json") + (
+        ["--profile-steps", f"{steps - profile}:{steps}"] if profile else [])
     env = {**LINKS[link], **variant.env}
     run = launch(run_name(link, name), nproc, args, timeout_s=timeout_s, env=env, log_root=out / "runs")
     if run.returncode != 0 or run.summary is None:

@@ -2,12 +2,13 @@
 
 Contract: ``add_spec_arguments(parser)`` adds the run-description flags (recipe, overlap,
 dispatcher, delayed wgrad, all-to-all priority, resolve, parallel and batch sizes, target,
-overrides) to any parser; ``parse(parser, argv)`` parses them (trailing ``key=value`` tokens are
-overrides, an unknown ``--flag`` is an error); ``spec_from_args(ns)`` maps the result onto a
-``RunSpec`` (an unknown recipe name refused there, before Megatron is imported) and ``to_argv(spec)`` maps a
-spec back onto ``run_script.py`` flags (the benchmark
-and the Slurm job launch with them). The two are inverse for every field but the target, which a
-launched job probes on its own node. No torch or Megatron import.
+overrides) to any parser - with ``spec_file=True`` also ``--spec FILE``, the whole description read
+from a file (``tools.spec_file``: what a launched job is given); ``parse(parser, argv)`` parses them
+(trailing ``key=value`` tokens are overrides, an unknown ``--flag`` is an error; ``--spec`` with any
+run-description flag is an error naming the flag: the file describes the whole run, nothing is
+merged); ``spec_from_args(ns)`` maps the result onto a ``RunSpec`` (an unknown recipe name refused
+there, before Megatron is imported; with ``--spec`` the file's spec, whose target a training run
+replaces by this machine). No torch or Megatron import.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..base.errors import UsageError
 from ..spec import RunSpec, TargetSpec, resolve_recipe
 from ..base.gpus import GPU_CATALOG, canonical_gpu
 from .exits import positive_int
+from .spec_file import read_spec
 
 # flag -> RunSpec field, for the parallel and batch sizes
 SIZE_FLAGS = {
@@ -35,10 +37,19 @@ FIELD_FLAGS = {**{name: flag for flag, name in SIZE_FLAGS.items()}, "delay_wgrad
                "hf_config_dir": "--hf-config-dir", "exported environment": "--env"}
 
 
-def add_spec_arguments(parser: argparse.ArgumentParser, *, recipe_default: str | None = None) -> None:
+SPEC_FLAG = "--spec"
+_RUN_DESCRIPTION = "_run_description_actions"  # the parser attribute listing the flags --spec replaces
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser, *, recipe_default: str | None = None,
+                       spec_file: bool = False) -> None:
     g = parser.add_argument_group("run description (RunSpec)")
-    g.add_argument("--recipe", required=recipe_default is None, default=recipe_default,
+    g.add_argument("--recipe", required=recipe_default is None and not spec_file, default=recipe_default,
                    help="registered recipe name (`mbridge-ep-overlap recipes`) or MODULE:FUNCTION")
+    if spec_file:
+        g.add_argument(SPEC_FLAG, default=None, metavar="FILE",
+                       help="the whole run description from a spec file (launch_slurm.py and bench write one per "
+                            "job); no other run-description flag with it")
     g.add_argument("--ep-overlap", choices=ON_OFF, default="on", help="off really turns a recipe's overlap off")
     g.add_argument("--dispatcher", type=canonical_dispatcher, choices=DISPATCHERS, default=None, help="default: the recipe's")
     g.add_argument("--delay-wgrad", choices=ON_OFF, nargs="?", const="on", default=None,
@@ -63,6 +74,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, recipe_default: str |
     t.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", dest="exported_env",
                    help="a variable the job's launcher exports (repeatable): it wins over cfg.env_vars, so the "
                         "plan judges it")
+    setattr(parser, _RUN_DESCRIPTION, [a for a in (*g._group_actions, *t._group_actions) if a.dest != "spec"])
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print every warning the libraries raise as they wrote it (same as EP_OVERLAP_VERBOSE=1)")
     parser.add_argument("overrides", nargs="*", help="Hydra-style key=value overrides, applied last")
@@ -77,12 +89,24 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
     for item in args.overrides:
         if "=" not in item or item.startswith(("=", "-")):
             parser.error(f"malformed override {item!r}; expected key=value (e.g. train.train_iters=10)")
+    if getattr(args, "spec", None) is not None:
+        given = [a.option_strings[0] for a in getattr(parser, _RUN_DESCRIPTION, ())
+                 if getattr(args, a.dest) != a.default]
+        given += ["key=value override"] if args.overrides else []
+        if given:
+            parser.error(f"{SPEC_FLAG} FILE describes the whole run; drop {', '.join(given)} (or drop {SPEC_FLAG} "
+                         "and give every flag)")
+    elif hasattr(args, "spec") and args.recipe is None:
+        parser.error(f"the following arguments are required: --recipe (or {SPEC_FLAG} FILE)")
     return args
 
 
 def spec_from_args(args: argparse.Namespace, *, this_machine: bool = False, num_gpus: int | None = None) -> RunSpec:
     """The validated spec; a registered recipe name is resolved here, before any front end imports
     Megatron, so a misspelt one is refused in a fraction of a second."""
+    if getattr(args, "spec", None) is not None:
+        spec = read_spec(args.spec)
+        return spec.replace(target=TargetSpec(this_machine=True)).validated() if this_machine else spec
     try:
         spec = _spec(args, this_machine, num_gpus)
         if ":" not in spec.recipe:
@@ -110,24 +134,3 @@ def _spec(args: argparse.Namespace, this_machine: bool, num_gpus: int | None) ->
                           te=args.te, deep_ep=args.deep_ep, env=tuple(getattr(args, "exported_env", ()))),
         **{name: getattr(args, name) for name in SIZE_FLAGS.values()},
     ).validated()
-
-
-def to_argv(spec: RunSpec) -> list[str]:
-    """``run_script.py`` flags that rebuild ``spec`` on the node that runs it (target: probed there)."""
-    out = ["--recipe", spec.recipe, "--ep-overlap", "on" if spec.ep_overlap else "off"]
-    if spec.dispatcher:
-        out += ["--dispatcher", spec.dispatcher]
-    if spec.delay_wgrad is not None:
-        out += ["--delay-wgrad", "on" if spec.delay_wgrad else "off"]
-    if spec.high_priority_a2a is not None:
-        out += ["--a2a-priority", {v: k for k, v in A2A_PRIORITIES.items()}[bool(spec.high_priority_a2a)]]
-    if spec.resolve != "error":
-        out += ["--resolve", spec.resolve]
-    for flag, name in SIZE_FLAGS.items():
-        if getattr(spec, name) is not None:
-            out += [flag, str(getattr(spec, name))]
-    if spec.force_balance:
-        out.append("--force-balance")
-    if spec.hf_config_dir:
-        out += ["--hf-config-dir", spec.hf_config_dir]
-    return out + list(spec.overrides)

@@ -4,7 +4,10 @@ Contract
 --------
 ``main(argv)`` maps the flags - ours, or Megatron-Bridge's performance-script spellings of those we
 share (``tools.mb_flags``: same meaning; ``--moe_a2a_overlap false`` really turns overlap off; any
-other flag of theirs refused by name) - onto a ``RunSpec`` (``tools.flags``) and builds it (``pipeline.build``:
+other flag of theirs refused by name) - onto a ``RunSpec`` (``tools.flags``), or reads the whole
+``RunSpec`` from ``--spec FILE`` (``tools.spec_file``: what ``launch_slurm.py`` and ``bench`` give the
+jobs they launch; checked as the flags are, any run-description flag beside it refused; training
+probes this machine as the target, a dry run judges the file's) - and builds it (``pipeline.build``:
 recipe, sizes, EP overlap on or *really* off, overrides, one rule evaluation), then either
 
 * ``--dryrun``: runs MB's ``runtime_config_update`` for the described target (``--gpu``,
@@ -33,6 +36,7 @@ import re
 import sys
 from pathlib import Path
 
+from ..base.choices import ON_OFF
 from ..base.errors import UsageError
 from .exits import OneLineArgumentParser, crash_stream, release_stderr, run_reporting_errors
 from .flags import add_spec_arguments, parse, spec_from_args
@@ -47,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "accepted with the same meaning: " + "; ".join(
                                          f"{mb} = {ours}" for mb, ours, _ in MB_TABLE) + " (docs/run_script.md). "
                                      "Any other flag of theirs is refused by name.")
-    add_spec_arguments(p)
+    add_spec_arguments(p, spec_file=True)
     p.add_argument("--dryrun", action="store_true", help="finalize for the target and write the resolved YAML; no training")
     p.add_argument("--rules", action="store_true", help="dry run: every rule of the table, not only those that fail, "
                    "advise or could not be checked")
@@ -216,8 +220,10 @@ def _train(args: argparse.Namespace, spec, out: Path, summary: str | None, count
     release_stderr()  # training's own logs stream from here
     name = built.recipe.name.replace(":", ".")
     summary = summary or str(out / f"{name}.summary.json")
-    meta = {"recipe": spec.recipe, "ep_overlap": args.ep_overlap, "dispatcher_flag": args.dispatcher,
-            "delay_wgrad": args.delay_wgrad, "overrides": list(spec.overrides)}
+    on_off = {value: word for word, value in ON_OFF.items()}
+    meta = {"recipe": spec.recipe, "ep_overlap": on_off[spec.ep_overlap], "dispatcher_flag": spec.dispatcher,
+            "delay_wgrad": None if spec.delay_wgrad is None else on_off[spec.delay_wgrad],
+            "overrides": list(spec.overrides)}
     with enforcement.already_checked(built.cfg, built.report):
         pretrain(built.cfg, step, callbacks=[RunRecorder(summary, counter, meta, profile_steps=args.profile_steps),
                                              *callbacks])

@@ -17,13 +17,15 @@ script that
   variables (``launch.MULTICAST_OFF``, which win over a recipe's value unless ``--nvlink-multicast
   on``), every ``--env KEY=VALUE`` (exported last, so in force) and the rendezvous variables; the plan
   is judged with the multicast-off and ``--env`` values as the job will have them;
-* runs ``srun`` -> ``torchrun`` (one launcher per node, c10d rendezvous) -> ``scripts/run_script.py``
-  with the spec's flags (``flags.to_argv``).
+* runs ``srun`` -> ``torchrun`` (one launcher per node, c10d rendezvous) -> ``scripts/run_script.py
+  --spec <log-dir>/<job>.spec.json``: the run description as data (``tools.spec_file``), read and
+  checked by every rank as flags would be; the job's node is the target (probed there).
 
 Beside it, in ``--log-dir``, dry run or not (``JobFiles``): ``<job>.config.yaml`` and
 ``<job>.baseline.yaml``, the finalized config of the run and of the same run with EP overlap off, as
 YAML plain Megatron-Bridge loads (``core.export``); ``<job>.plan.json`` (spec, plan, finalized fields,
-prediction, job size); ``<job>.baseline.sbatch``, and the rollback command ``sbatch
+prediction, job size); ``<job>.spec.json`` and ``<job>.baseline.spec.json``, the run descriptions the
+two jobs run; ``<job>.baseline.sbatch``, and the rollback command ``sbatch
 <log-dir>/<job>.baseline.sbatch``. Every value that reaches a shell line is shell-quoted; an
 ``#SBATCH`` value is checked by ``slurm_values`` (one plain word; ``--time`` as Slurm reads it), so no
 input can start a script line of its own or be silently cut short.
@@ -55,13 +57,14 @@ from pathlib import Path
 
 from ..base.errors import UsageError
 from .exits import OneLineArgumentParser, positive_int, run_reporting_errors, stdout_to_stderr
-from .flags import add_spec_arguments, parse, spec_from_args, to_argv
+from .flags import add_spec_arguments, parse, spec_from_args
 from . import plan_report
 from .launch import MULTICAST_OFF, launch_environment
 from . import slurm_variants
 from .slurm_script import (ENV_COMMENT, RENDEZVOUS, JobFiles, export_lines, header, job_name,  # noqa: F401 - the
                            launch_line, job_prediction, plan_json, render)  # job script's parts, re-exported
 from .slurm_values import format_minutes, job_environment, sbatch_value, time_limit_minutes
+from .spec_file import write_spec
 
 SBATCH_TIMEOUT_S = 60
 """How long sbatch may take to answer (it retries an unreachable controller for about that long)."""
@@ -197,7 +200,7 @@ def _confirm(args: argparse.Namespace) -> bool:
 
 def _write(files: JobFiles, args: argparse.Namespace, run: _Side, base: _Side, minutes: int | None,
            prediction: dict) -> str:
-    """Write the configs, plan and baseline job; return the job script."""
+    """Write the configs, plan, spec files and baseline job; return the job script."""
     from ..core import export
     from .plan_command import strict_json
 
@@ -206,9 +209,9 @@ def _write(files: JobFiles, args: argparse.Namespace, run: _Side, base: _Side, m
     export.write_yaml(base.built.cfg, files.baseline_config)
     files.plan.write_text(json.dumps(strict_json(plan_json(args, run, minutes, prediction)), indent=2,
                                      allow_nan=False, default=str) + "\n")
-    files.baseline_script.write_text(render(args, to_argv(base.spec), base.env_vars, base.overridden, files,
-                                            baseline=True))
-    return render(args, to_argv(run.spec), run.env_vars, run.overridden, files)
+    files.baseline_script.write_text(render(args, write_spec(base.spec, files.baseline_spec), base.env_vars,
+                                            base.overridden, files, baseline=True))
+    return render(args, write_spec(run.spec, files.spec), run.env_vars, run.overridden, files)
 
 
 def _emit(args: argparse.Namespace) -> int:

@@ -1,7 +1,8 @@
 """The text of a Slurm job this project writes: where its files go (``JobFiles``), its ``#SBATCH``
 header, the exported environment, the rendezvous and the ``srun`` -> ``torchrun`` ->
 ``scripts/run_script.py`` line (``render`` for one job; ``tools.slurm_variants`` for an array), and
-the plan JSON written beside it. Every value reaching the script is quoted or validated
+the plan JSON written beside it; the job runs ``run_script.py --spec <job>.spec.json``
+(``tools.spec_file``: the run description as data, never flags to re-parse). Every value reaching the script is quoted or validated
 (``tools.slurm_values``); nothing here submits or builds.
 """
 
@@ -37,6 +38,15 @@ class JobFiles:
     @property
     def plan(self) -> Path:
         return self.path(".plan.json")
+
+    @property
+    def spec(self) -> Path:
+        """The run description the job's ``run_script.py --spec`` reads (``tools.spec_file``)."""
+        return self.path(".spec.json")
+
+    @property
+    def baseline_spec(self) -> Path:
+        return self.path(".baseline.spec.json")
 
     @property
     def script(self) -> Path:
@@ -95,7 +105,7 @@ RENDEZVOUS = [
 
 def launch_line(args: argparse.Namespace, run_args: list[str], torchrun_extra: tuple[str, ...] = ()) -> str:
     """``srun`` -> ``torchrun`` (c10d rendezvous) -> ``scripts/run_script.py RUN_ARGS`` (``run_args``
-    already shell words)."""
+    already shell words: ``--spec FILE`` and what is per task)."""
     q = shlex.quote
     srun = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     if args.container_image:

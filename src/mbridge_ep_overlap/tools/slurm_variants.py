@@ -15,13 +15,14 @@ Written into ``--log-dir`` (the run folder, absolute; made here, as for one job)
 
 * ``<job>.sbatch``: ``#SBATCH --array=0-N``; task i selects variant i in a ``case`` on
   ``SLURM_ARRAY_TASK_ID`` (its exports - the variant's plan and recipe variables, multicast off -
-  and its ``run_script.py`` flags), prints the variant and its files, and runs ``srun`` ->
-  ``torchrun`` -> ``run_script.py`` with its rank logs under ``runs/<link>__<variant>/torchrun`` and
+  and its spec file), prints the variant and its files, and runs ``srun`` ->
+  ``torchrun`` -> ``run_script.py --spec "$SPEC_FILE"`` with its rank logs under ``runs/<link>__<variant>/torchrun`` and
   its evidence summary ``runs/<link>__<variant>/summary.json`` - bench's layout (``bench.run_name``,
   link ``nvlink``: the machine as it is), which ``bench --report`` reads; Slurm's output of task i is
   ``<job>-<array id>_<i>.out``;
-* per variant ``<job>.<variant>.config.yaml`` (finalized, plain Megatron-Bridge) and
-  ``<job>.<variant>.plan.json`` (spec, plan, finalized fields, prediction, job size); the baseline of
+* per variant ``<job>.<variant>.config.yaml`` (finalized, plain Megatron-Bridge),
+  ``<job>.<variant>.plan.json`` (spec, plan, finalized fields, prediction, job size) and
+  ``<job>.<variant>.spec.json``, the run description its task runs (``tools.spec_file``); the baseline of
   every variant is the ``off`` task (task 0), whose config is ``<job>.off.config.yaml``; the rollback
   is that task alone, ``sbatch --array=0 <job>.sbatch`` (sbatch's ``--array`` wins over the script's);
 * ``variants.json`` (``results.MANIFEST_SCHEMA``): the job, the cluster (GPU kind, GPUs, GPUs per
@@ -49,9 +50,9 @@ from ..core import export
 from .bench import _VARIANT_SYNTAX, parse_variants, run_name, variant_spec
 from .plan_command import strict_json
 from .exits import ReportedRefusal, stdout_to_stderr
-from .flags import to_argv
 from .slurm_script import ENV_COMMENT, RENDEZVOUS, JobFiles, export_lines, header, launch_line, job_prediction, plan_json
 from .slurm_values import format_minutes
+from .spec_file import write_spec
 
 from .results import LINK, MANIFEST, MANIFEST_SCHEMA  # noqa: F401 - the run folder's names, owned by its reader
 WARMUP = 3
@@ -119,20 +120,21 @@ def render_array(args: argparse.Namespace, job: str, log_dir: Path, tasks: list[
               'case "${SLURM_ARRAY_TASK_ID:?not an array task: submit this script with sbatch}" in']
     for t in tasks:
         folder = log_dir / "runs" / t.folder_name
-        config, plan = log_dir / f"{job}.{slug(t.variant)}.config.yaml", log_dir / f"{job}.{slug(t.variant)}.plan.json"
+        files = JobFiles(log_dir, f"{job}.{slug(t.variant)}")
+        config, plan = files.config, files.plan
         lines += [f"  {t.index})",
                   f"    VARIANT={q(t.variant)}",
                   f"    RUN_DIR={q(str(folder))}",
                   f"    echo {q(f'variant {t.variant} (array task {t.index}); config: {config}; plan: {plan}')}",
                   *export_lines(t.side.env_vars, t.side.overridden, indent="    "),
-                  "    RUN_ARGS=(" + " ".join(q(a) for a in to_argv(t.spec)) + ")",
+                  f"    SPEC_FILE={q(str(files.spec))}",
                   "    ;;"]
     lines += ['  *) echo "array task $SLURM_ARRAY_TASK_ID: no variant (0-' + str(len(tasks) - 1) + ')" >&2; exit 2 ;;',
               "esac",
               'mkdir -p "$RUN_DIR"',
               'echo "variant $VARIANT: logs and summary in $RUN_DIR"',
               "", *RENDEZVOUS, ""]
-    lines.append(launch_line(args, ['"${RUN_ARGS[@]}"', "--output-dir", '"$RUN_DIR"', "--summary-json",
+    lines.append(launch_line(args, ["--spec", '"$SPEC_FILE"', "--output-dir", '"$RUN_DIR"', "--summary-json",
                                     '"$RUN_DIR/summary.json"'],
                              torchrun_extra=("--log-dir", '"$RUN_DIR/torchrun"', "--redirects", "3", "--tee", "3")))
     return "\n".join(lines) + "\n"
@@ -190,6 +192,7 @@ def write(args: argparse.Namespace, job: str, log_dir: Path, tasks: list[Task], 
         prediction = predictions[t.variant] = job_prediction(t.side.built)
         files = JobFiles(log_dir, f"{job}.{slug(t.variant)}")
         export.write_yaml(t.side.built.cfg, files.config)
+        write_spec(t.spec, files.spec)
         plan = {**plan_json(args, t.side, minutes, prediction), "variant": t.variant, "array_task": t.index,
                 "baseline_config": str(log_dir / f"{job}.off.config.yaml")}
         files.plan.write_text(json.dumps(strict_json(plan), indent=2, allow_nan=False, default=str) + "\n")
