@@ -50,7 +50,7 @@ def _per_call_us(fn, n: int) -> float:
 
 
 def position_cost(n: int = 200_000) -> float:
-    from mbridge_ep_overlap.tools.rank_evidence import MoEPosition
+    from mbridge_ep_overlap.runtime.rank_evidence import MoEPosition
 
     class Layer:
         layer_number = 1
@@ -70,7 +70,7 @@ def position_cost(n: int = 200_000) -> float:
 
 
 def watchdog_cost(n: int = 2_000) -> float:
-    from mbridge_ep_overlap.tools.watchdog import ProgressWatchdog
+    from mbridge_ep_overlap.runtime.watchdog import ProgressWatchdog
 
     with tempfile.TemporaryDirectory() as tmp:
         dog = ProgressWatchdog(0, Path(tmp) / "fh.log", Path(tmp) / "events.jsonl", native_backup=True)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A/B benchmark of EP-overlap variants on a GPU node (see mbridge_ep_overlap.tools.bench).
+"""A/B benchmark of EP-overlap variants on a GPU node (see mbridge_ep_overlap.lab.bench).
 
     python scripts/benchmark_ep_overlap.py --variants off,overlap,overlap:hiprio --links throttled \
         --shape long-seq --out out/bench

@@ -100,7 +100,7 @@ def read_records(folder: Path) -> dict[int, dict]:
 
 
 def run_case(case: Case, root: Path, timeout_s: float, steps: int) -> dict:
-    from mbridge_ep_overlap.tools import launch
+    from mbridge_ep_overlap.lab import launch
 
     folder = root / case.name
     launch.clear_folder(folder)

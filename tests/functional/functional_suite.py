@@ -36,7 +36,7 @@ SMOKE_MAX_AGE_S = float(os.environ.get("EP_OVERLAP_SMOKE_MAX_AGE", "3600"))
 
 
 def _shared() -> bool:
-    from mbridge_ep_overlap.tools import shared_gpu
+    from mbridge_ep_overlap.lab import shared_gpu
 
     return shared_gpu.enabled()
 
@@ -49,7 +49,7 @@ SHARED_SKIP = ("EP_OVERLAP_SHARE_GPU=1 (ranks share one GPU): DeepEP, HybridEP a
 
 def gpu_count() -> int:
     """The GPUs the suite can run its ranks on (``tools.shared_gpu.usable_gpus``)."""
-    from mbridge_ep_overlap.tools.shared_gpu import usable_gpus
+    from mbridge_ep_overlap.lab.shared_gpu import usable_gpus
 
     return usable_gpus(NPROC)
 
@@ -83,7 +83,7 @@ class RunDef:
 
 
 def proxy(stack: str) -> list[str]:
-    from mbridge_ep_overlap.tools.launch import proxy_args
+    from mbridge_ep_overlap.lab.launch import proxy_args
 
     return proxy_args(NPROC, STEPS, MICRO_BATCH, MICROBATCHES, recipe=STACKS[stack])
 
@@ -119,7 +119,7 @@ class Suite:
     """Launches the declared runs in the background and hands each test its result."""
 
     def __init__(self, names: list[str], log_root: Path) -> None:
-        from mbridge_ep_overlap.tools import launch
+        from mbridge_ep_overlap.lab import launch
 
         self.defs = run_defs()
         self.log_root = log_root
@@ -137,7 +137,7 @@ class Suite:
 
     # smoke check
     def _start_smoke(self) -> None:
-        from mbridge_ep_overlap.tools import smoke
+        from mbridge_ep_overlap.lab import smoke
 
         def check():
             if os.environ.get("EP_OVERLAP_SMOKE") != "fresh":

@@ -36,9 +36,9 @@ def train(args) -> int:
     from mbridge_ep_overlap.core import enforcement
     from mbridge_ep_overlap.base.errors import EPOverlapError
     from mbridge_ep_overlap.core.forward_step import forward_step
-    from mbridge_ep_overlap.tools.evidence import RunRecorder, ScheduleCounter
-    from mbridge_ep_overlap.tools.rank_evidence import evidence_callbacks
-    from mbridge_ep_overlap.tools.flags import spec_from_args
+    from mbridge_ep_overlap.lab.evidence import RunRecorder, ScheduleCounter
+    from mbridge_ep_overlap.runtime.rank_evidence import evidence_callbacks
+    from mbridge_ep_overlap.runtime.flags import spec_from_args
     from mbridge_ep_overlap.tools.run import writable_folder
 
     out = writable_folder(args.output_dir)
@@ -69,7 +69,7 @@ def train(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mbridge_ep_overlap.tools.exits import run_reporting_errors
+    from mbridge_ep_overlap.runtime.exits import run_reporting_errors
     from mbridge_ep_overlap.tools.run import parse_args
 
     args = parse_args(sys.argv[1:] if argv is None else argv)

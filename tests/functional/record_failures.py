@@ -70,7 +70,7 @@ KEEP_BYTES = 256 * 1024
 
 
 def proxy(steps: int) -> list[str]:
-    from mbridge_ep_overlap.tools.launch import proxy_args
+    from mbridge_ep_overlap.lab.launch import proxy_args
 
     return proxy_args(NPROC, steps, 2, 4) + OVERLAP
 
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in wanted if n not in names]
     if unknown:
         p.error(f"unknown case {unknown[0]!r}; allowed: {', '.join(names)}")
-    from mbridge_ep_overlap.tools import launch
+    from mbridge_ep_overlap.lab import launch
 
     def terminated(signum, frame):  # the outer `timeout`: end every run started here, then leave
         launch.kill_launched()

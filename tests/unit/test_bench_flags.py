@@ -22,7 +22,7 @@ DROPPED = [
 
 @pytest.mark.parametrize("extra,named,syntax", DROPPED, ids=[" ".join(r[0]) for r in DROPPED])
 def test_run_flags_bench_would_drop_are_refused(extra, named, syntax, tmp_path, monkeypatch, capsys):
-    from mbridge_ep_overlap.tools import bench
+    from mbridge_ep_overlap.lab import bench
 
     launched = []
     monkeypatch.setattr(bench, "launch", lambda *a, **k: launched.append(a))
@@ -45,7 +45,7 @@ KEPT = [  # flags after -- that bench carries into every variant's spec
 
 @pytest.mark.parametrize("extra,fields", KEPT, ids=[" ".join(r[0]) for r in KEPT])
 def test_what_bench_takes_after_double_dash_reaches_the_spec(extra, fields):
-    from mbridge_ep_overlap.tools.bench import shape_spec
+    from mbridge_ep_overlap.lab.bench import shape_spec
 
     spec = shape_spec("qwen3_moe_proxy", "default", 4, extra)
     for name, value in fields.items():
@@ -65,7 +65,7 @@ TUNE_ONLY = [
 
 @pytest.mark.parametrize("flags,named", TUNE_ONLY, ids=[" ".join(r[0]) for r in TUNE_ONLY])
 def test_tune_only_flags_on_a_plain_bench_are_refused(flags, named, tmp_path, monkeypatch, capsys):
-    from mbridge_ep_overlap.tools import bench
+    from mbridge_ep_overlap.lab import bench
 
     launched = []
     monkeypatch.setattr(bench, "launch", lambda *a, **k: launched.append(a))

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from mbridge_ep_overlap.base.errors import EPOverlapError, UsageError
-from mbridge_ep_overlap.tools import exits
+from mbridge_ep_overlap.runtime import exits
 
 
 @pytest.fixture(autouse=True)
@@ -106,7 +106,7 @@ def test_nested_holds_leave_the_outer_one_in_charge(capfd):
 
 SCRIPT = textwrap.dedent("""
     import faulthandler, os, sys
-    from mbridge_ep_overlap.tools import exits
+    from mbridge_ep_overlap.runtime import exits
     {setup}
     def action():
         os.write(2, b"noise\\n")

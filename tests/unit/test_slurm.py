@@ -319,8 +319,8 @@ def _fake_bin(folder: Path) -> Path:
 
 def test_variants_array_task_i_runs_variant_i_with_the_same_spec(array_dry, tmp_path):
     from mbridge_ep_overlap.spec import RunSpec
-    from mbridge_ep_overlap.tools.bench import variant_spec
-    from mbridge_ep_overlap.tools.flags import to_argv
+    from mbridge_ep_overlap.lab.bench import variant_spec
+    from mbridge_ep_overlap.runtime.flags import to_argv
 
     root, out, err = array_dry
     run = root / "run"

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from mbridge_ep_overlap.base.errors import UsageError
-from mbridge_ep_overlap.tools import bench, tune
-from mbridge_ep_overlap.tools.launch import Run
+from mbridge_ep_overlap.lab import bench, tune
+from mbridge_ep_overlap.lab.launch import Run
 
 OFF_S, OVERLAP_S = 4.5, 3.4
 # effect of each setting on the fake run: (seconds per step, peak factor, loss perturbation)
@@ -269,7 +269,7 @@ def test_candidate_overrides_compose(tmp_path):
 def test_every_knob_option_finalizes_through_mb(tmp_path, capsys):
     """Each alltoall candidate, launched as bench would launch it (flags.to_argv of the long-seq
     shape plus the candidate), is accepted by MB's real finalize in run_script's dry run."""
-    from mbridge_ep_overlap.tools.flags import to_argv
+    from mbridge_ep_overlap.runtime.flags import to_argv
     from mbridge_ep_overlap.tools.run import main
 
     base = bench.shape_spec("qwen3_moe_proxy", "long-seq", 8, [])

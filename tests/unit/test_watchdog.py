@@ -7,7 +7,7 @@ import threading
 import time
 
 from mbridge_ep_overlap.base import run_files
-from mbridge_ep_overlap.tools.watchdog import ProgressWatchdog
+from mbridge_ep_overlap.runtime.watchdog import ProgressWatchdog
 
 
 class Clock:

@@ -34,8 +34,8 @@ import sys
 from pathlib import Path
 
 from ..base.errors import UsageError
-from .exits import OneLineArgumentParser, crash_stream, release_stderr, run_reporting_errors
-from .flags import add_spec_arguments, parse, spec_from_args
+from ..runtime.exits import OneLineArgumentParser, crash_stream, release_stderr, run_reporting_errors
+from ..runtime.flags import add_spec_arguments, parse, spec_from_args
 from .mb_flags import TABLE as MB_TABLE
 from .mb_flags import translate
 from .plan_report import judge
@@ -158,7 +158,7 @@ def train(args: argparse.Namespace) -> int:
 
     shims.install()
     from ..core.forward_step import forward_step
-    from .evidence import ScheduleCounter
+    from ..lab.evidence import ScheduleCounter
 
     counter = ScheduleCounter().install()
     try:
@@ -204,8 +204,8 @@ def _train(args: argparse.Namespace, spec, out: Path, summary: str | None, count
 
     from ..core import enforcement
     from ..pipeline import build
-    from .evidence import RunRecorder
-    from .rank_evidence import evidence_callbacks
+    from ..lab.evidence import RunRecorder
+    from ..runtime.rank_evidence import evidence_callbacks
 
     built = build(spec, forward_step_func=step)
     if built.plan is not None and int(os.environ.get("RANK", "0")) == 0:

@@ -54,10 +54,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.errors import UsageError
-from .exits import OneLineArgumentParser, positive_int, run_reporting_errors, stdout_to_stderr
-from .flags import add_spec_arguments, parse, spec_from_args, to_argv
+from ..runtime.exits import OneLineArgumentParser, positive_int, run_reporting_errors, stdout_to_stderr
+from ..runtime.flags import add_spec_arguments, parse, spec_from_args, to_argv
 from . import plan_report
-from .launch import MULTICAST_OFF, launch_environment
+from ..lab.launch import MULTICAST_OFF, launch_environment
 from . import slurm_variants
 from .slurm_script import (ENV_COMMENT, RENDEZVOUS, JobFiles, export_lines, header, job_name,  # noqa: F401 - the
                            launch_line, job_prediction, plan_json, render)  # job script's parts, re-exported
@@ -199,7 +199,7 @@ def _write(files: JobFiles, args: argparse.Namespace, run: _Side, base: _Side, m
            prediction: dict) -> str:
     """Write the configs, plan and baseline job; return the job script."""
     from ..core import export
-    from .plan_command import strict_json
+    from .plan import strict_json
 
     files.log_dir.mkdir(parents=True, exist_ok=True)
     export.write_yaml(run.built.cfg, files.config)

@@ -46,14 +46,14 @@ from ..base.errors import UsageError
 from ..spec import resolve_recipe
 from . import plan_report
 from ..core import export
-from .bench import _VARIANT_SYNTAX, parse_variants, run_name, variant_spec
-from .plan_command import strict_json
-from .exits import ReportedRefusal, stdout_to_stderr
-from .flags import to_argv
+from ..lab.bench import _VARIANT_SYNTAX, parse_variants, run_name, variant_spec
+from .plan import strict_json
+from ..runtime.exits import ReportedRefusal, stdout_to_stderr
+from ..runtime.flags import to_argv
 from .slurm_script import ENV_COMMENT, RENDEZVOUS, JobFiles, export_lines, header, launch_line, job_prediction, plan_json
 from .slurm_values import format_minutes
 
-from .results import LINK, MANIFEST, MANIFEST_SCHEMA  # noqa: F401 - the run folder's names, owned by its reader
+from ..lab.results import LINK, MANIFEST, MANIFEST_SCHEMA  # noqa: F401 - the run folder's names, owned by its reader
 WARMUP = 3
 """Steps left out of the median as bench's default ``--warmup`` (fewer when the run is shorter)."""
 # the run flags a variant sets, and bench's syntax that does it (bench._VARIANT_SYNTAX)

@@ -276,7 +276,7 @@ def launch_command(name: str, nproc: int, args: list[str], folder: Path, repo: P
     ``share_gpu``: every rank on GPU 0, each as a node of its own (``tools.shared_gpu``)."""
     repo = repo or _repo_root()
     port = master_port if master_port is not None else 29500 + (abs(hash(name)) % 1000)
-    wrapper = ["--module", "mbridge_ep_overlap.tools.shared_gpu"] if share_gpu else []
+    wrapper = ["--module", "mbridge_ep_overlap.lab.shared_gpu"] if share_gpu else []
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nproc_per_node", str(nproc), "--master_port", str(port),

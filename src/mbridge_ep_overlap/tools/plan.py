@@ -25,8 +25,8 @@ import math
 import sys
 from typing import Any
 
-from .flags import add_spec_arguments, spec_from_args
-from .calibrate_command import judged_with
+from ..runtime.flags import add_spec_arguments, spec_from_args
+from .calibrate import judged_with
 from .plan_report import judge
 
 DEFAULT_RECIPE = "qwen3_moe_proxy"

@@ -8,7 +8,8 @@ raises one ``UsageError`` naming the file, the row and the field. ``result_from_
 (its ``variants.json``, checked; None for a plain bench folder), ``array_rows`` (one row per task
 from its ``summary.json``; a task that left none is a failed row) and ``predict_rows`` (each row's
 step as the step-time model predicts it for that cluster, with a calibration when given:
-``predicted_s``, ``prediction``; ``prediction_lines`` is its table). Nothing here imports torch or
+``predicted_s``, ``prediction``; ``prediction_lines`` is its table); ``load_calibration`` reads the
+calibration file ``calibrate`` wrote (bad usage when it is not one). Nothing here imports torch or
 Megatron.
 """
 
@@ -358,3 +359,13 @@ def predict_rows(rows: list, m: dict, calibration=None, source: str = "shipped c
             r.predicted_s, r.prediction = predicted_step(row, cluster, calibration), source
         except (ValueError, KeyError, TypeError, ArithmeticError) as e:
             r.predicted_s, r.prediction = None, f"not made ({str(e).splitlines()[0][:160] if str(e) else type(e).__name__})"
+
+
+def load_calibration(path: str, flag: str = "--calibration"):
+    """The ``ClusterCalibration`` in ``path``; a file ``calibrate`` did not write is bad usage (one line)."""
+    from ..predict.cluster_calibration import ClusterCalibration  # start-up: the model only when used
+
+    try:
+        return ClusterCalibration.load(path)
+    except ValueError as e:
+        raise UsageError(flag, path, f"a file written by `mbridge-ep-overlap calibrate` ({e})", "invalid") from None

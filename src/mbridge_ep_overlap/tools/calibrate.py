@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 from ..base.errors import UsageError
-from .exits import positive_int
+from ..runtime.exits import positive_int
+from ..lab.results import load_calibration, load_results
 from .plan_report import judge
 
 USED_VARIANTS = ("off", "overlap")
@@ -40,7 +41,6 @@ def add_parser(sub) -> None:
 def measured_rows(paths: list[str]):
     """The usable rows of the results files as ``MeasuredRow``s (ids ``<file>#<row>``, 1-based)."""
     from ..predict.cluster_calibration import MeasuredRow  # start-up: the model only when used
-    from .results import load_results
 
     rows = []
     for path in paths:
@@ -83,16 +83,6 @@ def main(args: argparse.Namespace) -> int:
     print("\n".join(lines))
     print(f"use it: mbridge-ep-overlap plan ... --predict --calibration {args.output}")
     return 0
-
-
-def load_calibration(path: str, flag: str = "--calibration"):
-    """The ``ClusterCalibration`` in ``path``; a file ``calibrate`` did not write is bad usage (one line)."""
-    from ..predict.cluster_calibration import ClusterCalibration  # start-up: the model only when used
-
-    try:
-        return ClusterCalibration.load(path)
-    except ValueError as e:
-        raise UsageError(flag, path, f"a file written by `mbridge-ep-overlap calibrate` ({e})", "invalid") from None
 
 
 def judged_with(path: str, spec, *, predict: bool | None, all_rules: bool):

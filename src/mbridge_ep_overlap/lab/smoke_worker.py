@@ -1,6 +1,6 @@
 """One rank of the dispatcher smoke check (``tools.smoke``), run under torchrun:
 
-    python -m torch.distributed.run --nproc_per_node 2 -m mbridge_ep_overlap.tools.smoke_worker --backend hybridep
+    python -m torch.distributed.run --nproc_per_node 2 -m mbridge_ep_overlap.lab.smoke_worker --backend hybridep
 
 Contract
 --------
@@ -40,7 +40,7 @@ from pathlib import Path
 
 from ..base import run_files
 from ..base.choices import DEEP_EP_BACKENDS, MEASURED_DISPATCHERS
-from . import run_evidence
+from ..runtime import run_evidence
 
 BACKENDS = MEASURED_DISPATCHERS
 SELFTESTS = ("selftest-ok", "selftest-segv", "selftest-hang", "selftest-wrong", "selftest-error")

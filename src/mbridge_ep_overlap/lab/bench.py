@@ -58,10 +58,10 @@ from ..base.choices import DEEP_EP_BACKENDS
 from ..base.errors import EPOverlapError, UsageError, Violation
 from ..spec import RunSpec
 from ..target.cluster import RELEVANT_ENV_VARS, ClusterEnvironment
-from .exits import release_stderr
+from ..runtime.exits import release_stderr
 from .launch import child_environment, launch
 from .numerics import compare_losses
-from .results import (VariantResult, array_rows, load_results, predict_rows, prediction_lines,  # noqa: F401 - re-exported
+from .results import (VariantResult, array_rows, load_calibration, load_results, predict_rows, prediction_lines,  # noqa: F401 - re-exported
                       read_manifest, result_from_row, summarize_run)
 from .tables import num, pct, write_json
 
@@ -387,8 +387,8 @@ def shape_spec(recipe: str, shape: str, steps: int, extra: list[str]) -> RunSpec
     there is bad usage naming each such flag - bench would drop it: a variant sets overlap, the
     dispatcher, delayed wgrad and the stream priority (``_VARIANT_SYNTAX``), and the target is this
     machine."""
-    from .flags import SIZE_FLAGS, add_spec_arguments, parse
-    from .exits import OneLineArgumentParser
+    from ..runtime.flags import SIZE_FLAGS, add_spec_arguments, parse
+    from ..runtime.exits import OneLineArgumentParser
 
     if shape not in SHAPES:
         raise UsageError("--shape", shape, sorted(SHAPES))
@@ -540,7 +540,7 @@ def run_name(link: str, variant: str) -> str:
 def run_variant(base: RunSpec, name: str, variant: Variant, link: str, out: Path, *, nproc: int, steps: int,
                 warmup: int, profile: int, timeout_s: float) -> VariantResult:
     """One variant on one link as its own torchrun job (``launch``); a failed job is a failed row."""
-    from .flags import to_argv
+    from ..runtime.flags import to_argv
 
     spec = variant_spec(base, variant)
     args = to_argv(spec) + (["--profile-steps", f"{steps - profile}:{steps}"] if profile else [])
@@ -610,8 +610,6 @@ def report(folders: list[Path], out: Path, title: str, calibration: str | None =
     """
     cal, source = None, "shipped calibration"
     if calibration is not None:
-        from .calibrate_command import load_calibration
-
         cal, source = load_calibration(calibration).calibration(), f"calibration {calibration}"
     loaded: list[tuple[Path, list[VariantResult]]] = []
     problems: list[UsageError] = []

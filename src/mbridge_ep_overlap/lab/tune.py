@@ -61,7 +61,7 @@ from ..base.choices import DEEP_EP_BACKENDS, MEASURED_DISPATCHERS
 from ..base.errors import UsageError
 from ..base.sizes import INT64_MAX
 from . import bench, results
-from .exits import release_stderr
+from ..runtime.exits import release_stderr
 from .bench import Variant
 from .results import Shown, VariantResult, short_value
 from .numerics import compare_losses

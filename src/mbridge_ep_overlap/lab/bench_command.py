@@ -11,7 +11,7 @@ from pathlib import Path
 from ..base.choices import MEASURED_DISPATCHERS
 from ..base.errors import UsageError
 from .bench import SHAPES, VARIANTS, parse_variants, report, run_bench
-from .exits import positive_int
+from ..runtime.exits import positive_int
 from .tune import load_tuned_variant, tune_links
 
 

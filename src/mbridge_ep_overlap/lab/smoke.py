@@ -3,7 +3,7 @@
 Contract
 --------
 ``run(backends, nproc=2)`` launches, per backend, ``python -m torch.distributed.run --nproc_per_node 2
--m mbridge_ep_overlap.tools.smoke_worker --backend X`` (``launch.run_process_group``: own process
+-m mbridge_ep_overlap.lab.smoke_worker --backend X`` (``launch.run_process_group``: own process
 group, hard timeout that kills the group, multicast-off variables, ``PYTHONFAULTHANDLER=1``, per-rank
 logs under ``log_dir/X``). The worker builds the backend's buffer as Megatron-Core 0.19.2 does and
 checks one dispatch/combine round trip of a known token set; ``classify`` turns the outcome into a
@@ -37,7 +37,7 @@ BACKENDS = MEASURED_DISPATCHERS
 _TIMEOUTS_S = {"alltoall": 90, "deepep": 150, "hybridep": 180}
 """Per-backend hard timeouts (``EP_OVERLAP_SMOKE_TIMEOUT`` overrides them all): start-up takes ~15 s;
 HybridEP JIT-compiles its kernels with nvcc on first use."""
-WORKER = "mbridge_ep_overlap.tools.smoke_worker"
+WORKER = "mbridge_ep_overlap.lab.smoke_worker"
 # ---- classification ------------------------------------------------------------------------------
 _LINE = re.compile(r"^(stage|result|wrong|error|missing|info): ?(.*)$", re.M)
 
