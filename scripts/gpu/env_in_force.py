@@ -6,7 +6,7 @@
 Contract
 --------
 Three training runs of ``qwen3_moe_proxy`` (local layer stack, no Transformer Engine needed), EP = 2
-with both ranks on GPU 0 (``tools.shared_gpu``), overlap on with the alltoall dispatcher, two steps,
+with both ranks on GPU 0 (``lab.shared_gpu``), overlap on with the alltoall dispatcher, two steps,
 launched at the same time, each through ``scripts/gpu/env_in_force_rank.py`` (``run_script.py``
 training plus a record of the environment when MB applies ``cfg.env_vars`` and at CUDA's first
 initialisation):

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             "forced": forced, "overrides": list(spec.overrides)}
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"force_delay_wgrad: {forced}", flush=True)
-    evidence = evidence_callbacks(args, out, built.cfg)  # before pretrain(): see tools.rank_evidence
+    evidence = evidence_callbacks(args, out, built.cfg)  # before pretrain(): see runtime.rank_evidence
     pretrain(built.cfg, step, callbacks=[RunRecorder(summary, counter, meta), *evidence])
     counter.uninstall()
     return 0

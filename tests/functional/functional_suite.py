@@ -6,9 +6,9 @@ delayed wgrad on TE layers, delayed wgrad forced on local layers (``force_delay_
 refused config. ``Suite`` launches the runs the selected tests use in the background, up to
 ``EP_OVERLAP_PARALLEL_RUNS`` (default 3) at a time - a run is ~45 s of which ~40 s is CPU start-up and
 the proxy takes ~3 GiB per GPU, so runs overlap well on one node - each on its own rendezvous port
-with a hard timeout, and gates each flex run on the dispatcher smoke check (``tools.smoke``).
+with a hard timeout, and gates each flex run on the dispatcher smoke check (``lab.smoke``).
 
-``EP_OVERLAP_SHARE_GPU=1`` (``tools.shared_gpu``) runs every rank of a run on GPU 0, each as a node
+``EP_OVERLAP_SHARE_GPU=1`` (``lab.shared_gpu``) runs every rank of a run on GPU 0, each as a node
 of its own, for correctness evidence on a machine with fewer GPUs than ranks: the runs that need a
 GPU per rank (DeepEP, HybridEP, the smoke check) are not launched then, and their tests skip saying so.
 """
@@ -48,7 +48,7 @@ SHARED_SKIP = ("EP_OVERLAP_SHARE_GPU=1 (ranks share one GPU): DeepEP, HybridEP a
 
 
 def gpu_count() -> int:
-    """The GPUs the suite can run its ranks on (``tools.shared_gpu.usable_gpus``)."""
+    """The GPUs the suite can run its ranks on (``lab.shared_gpu.usable_gpus``)."""
     from mbridge_ep_overlap.lab.shared_gpu import usable_gpus
 
     return usable_gpus(NPROC)

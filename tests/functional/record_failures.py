@@ -5,7 +5,7 @@
 
 Runs ``CASES`` - each fault of ``fault_injector.py`` on ``qwen3_moe_proxy`` (local layers, no TE),
 EP = 2, overlap on with the alltoall dispatcher, ranks sharing GPU 0 (``EP_OVERLAP_SHARE_GPU=1``, the
-functional suite's way) - up to ``PARALLEL`` at a time, each with a hard timeout (``tools.launch``),
+functional suite's way) - up to ``PARALLEL`` at a time, each with a hard timeout (``lab.launch``),
 after the overhead pairs (the same healthy run with evidence on and off, ``--overhead-pairs`` times,
 alternating which goes first, nothing else running). ``--deadline-s`` bounds the whole (runs that would start after it are
 skipped, and a run's timeout never passes it). Writes under OUT_DIR:

@@ -77,7 +77,7 @@ def test_verify_log_malformed_loss_and_missing_iterations(tmp_path, capsys):
 def test_bench_report_on_a_broken_results_file(content, tmp_path, capsys):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "results.json").write_text(content)
-    code, _, err = call(cli.main, ["bench", "--report", str(tmp_path / "run"), "--out", str(tmp_path / "m")], capsys)
+    code, _, err = call(cli.main, ["bench", "report", str(tmp_path / "run"), "--out", str(tmp_path / "m")], capsys)
     assert code == 2 and "results.json" in err and len(err.strip().splitlines()) == 1
 
 

@@ -77,7 +77,7 @@ def test_unknown_shape_is_a_usage_error(capsys, tmp_path):
     from mbridge_ep_overlap.tools.cli import main
 
     with pytest.raises(SystemExit) as excinfo:
-        main(["bench", "--shape", "huge", "--out", str(tmp_path / "never")])
+        main(["bench", "run", "--shape", "huge", "--out", str(tmp_path / "never")])
     err = capsys.readouterr().err
     assert excinfo.value.code == 2 and "--shape" in err and len(err.strip().splitlines()) == 1
 
@@ -127,7 +127,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_share_of_gain_recomputed_for_the_stop10_evidence(tmp_path):
-    """bench --report recomputes the new columns from old results.json files: the 2026-11-30 long-seq throttled
+    """bench report recomputes the new columns from old results.json files: the 2026-11-30 long-seq throttled
     high-priority row reaches (4.496 - 3.371) / (4.496 - 2.772) = 65% of the possible gain."""
     from mbridge_ep_overlap.lab.bench import report, summary_line
 
@@ -220,7 +220,7 @@ def test_bad_override_is_usage_before_any_launch(tmp_path, monkeypatch, extra):
     assert launched == []
 
 
-# ---- bench --report on readable but odd results.json files ----------------------------------------
+# ---- bench report on readable but odd results.json files ----------------------------------------
 def good_rows() -> list[dict]:
     off = summarize_run("off", "nvlink", summary([2, 2, 2, 2], [10.0, 9.0, 8.0, 7.0]), 1, 100)
     on = summarize_run("overlap", "nvlink", summary([2, 1.6, 1.6, 1.6], [10.0, 9.0, 8.0, 7.0], PROFILE), 1, 100)
@@ -266,7 +266,7 @@ ODD_FILES = [  # (rows, what the one line must name)
 
 @pytest.mark.parametrize("rows,needle", ODD_FILES, ids=[n.split(";")[0][-40:] for _, n in ODD_FILES])
 def test_report_refuses_an_odd_row_naming_file_row_and_field(rows, needle, tmp_path, capsys):
-    """Each of these crashed `bench --report` (TypeError, AttributeError) after validation of the
+    """Each of these crashed `bench report` (TypeError, AttributeError) after validation of the
     file's JSON alone, some after partial outputs were written, or ([]) exited 1 without a reason."""
     from mbridge_ep_overlap.tools.cli import main
 
@@ -274,7 +274,7 @@ def test_report_refuses_an_odd_row_naming_file_row_and_field(rows, needle, tmp_p
     good.mkdir(), bad.mkdir()
     (good / "results.json").write_text(json.dumps(good_rows()))
     (bad / "results.json").write_text(json.dumps(rows()))  # NaN / Infinity as Python's json writes them
-    code = main(["bench", "--report", str(good), str(bad), "--out", str(tmp_path / "merged")])
+    code = main(["bench", "report", str(good), str(bad), "--out", str(tmp_path / "merged")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"invalid bench results file '{bad / 'results.json'}'" in err and needle in err, err
@@ -286,7 +286,7 @@ def test_report_of_deeply_nested_json_is_one_line(tmp_path, capsys):
 
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "results.json").write_text("[" * 100_000 + "]" * 100_000)
-    code = main(["bench", "--report", str(tmp_path / "r"), "--out", str(tmp_path / "m")])
+    code = main(["bench", "report", str(tmp_path / "r"), "--out", str(tmp_path / "m")])
     err = capsys.readouterr().err
     assert code == 2 and "unreadable bench results file" in err and len(err.strip().splitlines()) == 1
 
@@ -300,7 +300,7 @@ def test_the_row_check_knows_every_field_and_passes_real_evidence():
 
 
 def test_an_ok_row_without_a_steady_window_renders(tmp_path):
-    """bench --tune judges such a row 'failed: no steady-window step time'; the table must still be made."""
+    """bench tune judges such a row 'failed: no steady-window step time'; the table must still be made."""
     from mbridge_ep_overlap.lab.bench import VariantResult
 
     off = summarize_run("off", "nvlink", summary([2, 2, 2, 2], [10.0, 9.0, 8.0, 7.0]), 1, 100)
@@ -328,13 +328,13 @@ def test_bench_without_enough_gpus_launches_nothing(gpus, tmp_path, monkeypatch,
     launched = []
     monkeypatch.setattr(bench, "launch", lambda *a, **k: launched.append(a))
     monkeypatch.setattr(bench, "cuda_device_count", lambda: gpus)
-    code = main(["bench", "--variants", "off", "--links", "nvlink", "--out", str(tmp_path / "x")])
+    code = main(["bench", "run", "--variants", "off", "--links", "nvlink", "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"too many GPUs for this machine: --nproc 2; allowed: at most the {gpus} CUDA GPU(s)" in err
     assert launched == [] and not (tmp_path / "x").exists()
     # the request's own checks come first: a bad flag is still reported as such
-    code = main(["bench", "--variants", "fast", "--links", "nvlink", "--out", str(tmp_path / "x")])
+    code = main(["bench", "run", "--variants", "fast", "--links", "nvlink", "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
     assert code == 2 and "unknown variant 'fast'" in err and "GPU" not in err
 
@@ -369,12 +369,12 @@ def test_bench_out_that_cannot_be_a_folder(kind, tmp_path, monkeypatch, capsys):
     else:
         link.write_text("")
         why = f"{link} exists and is not a folder"
-    code = main(["bench", "--variants", "off", "--links", "nvlink", "--out", str(out)])
+    code = main(["bench", "run", "--variants", "off", "--links", "nvlink", "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "File exists" not in err, err
     assert f"unusable --out '{out}'" in err and why in err, err
     assert launched == []
-    code = main(["bench", "--report", str(REPO / "docs/evidence/2026-11-30-h200x2-bench-long-seq"), "--out", str(out)])
+    code = main(["bench", "report", str(REPO / "docs/evidence/2026-11-30-h200x2-bench-long-seq"), "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and why in err and len(err.strip().splitlines()) == 1, err
 
@@ -394,7 +394,7 @@ def test_report_of_huge_numbers_is_one_line(row, tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     (run / "results.json").write_text("[" + _json_row(row) + "]")
-    code = cli.main(["bench", "--report", str(run), "--out", str(tmp_path / "out")])
+    code = cli.main(["bench", "report", str(run), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "results.json" in err, err
     assert not (tmp_path / "out").exists()
@@ -411,7 +411,7 @@ def _json_row(row) -> str:
         sys.set_int_max_str_digits(4300)
 
 
-# ---- bench --tuned: the tuned settings judged by the pipeline before anything is launched -----------
+# ---- bench run --tuned: the tuned settings judged by the pipeline before anything is launched -----------
 def fake_node(te: str = "", **facts):
     """A GPU node as the probe would describe it (fake hardware): 2x H100, TE as given, no DeepEP."""
     from mbridge_ep_overlap.target.cluster import describe
@@ -458,7 +458,7 @@ JUDGED_TUNED = [  # (tuned.json fields, exit code, what stderr must say; {path}:
                               "rule", "every-rule", "wrong-type-value", "overlap-off", "environment",
                               "environment-and-override", "env-vars-override"])
 def test_tuned_settings_are_judged_before_anything_is_launched(fields, code, needles, tmp_path, monkeypatch, capsys):
-    """bench --tuned builds each job's spec as run_script.py will (pipeline.build, the rules `plan`
+    """bench run --tuned builds each job's spec as run_script.py will (pipeline.build, the rules `plan`
     evaluates) on this machine with the job's variables: a setting MB cannot apply is bad usage in one
     line naming the file (exit 2), one the rules refuse exit 1 with every violation - before the GPU
     check, with no job started and no output folder."""
@@ -470,7 +470,7 @@ def test_tuned_settings_are_judged_before_anything_is_launched(fields, code, nee
     monkeypatch.setattr(bench, "launch", must_not_launch)
     monkeypatch.setattr(bench, "cuda_device_count", lambda: 0)  # the settings are named, not the missing GPUs
     path = tuned_file(tmp_path, **fields)
-    got = main(["bench", "--tuned", str(path), "--variants", "off,tuned", "--out", str(tmp_path / "o")])
+    got = main(["bench", "run", "--tuned", str(path), "--variants", "off,tuned", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert got == code and all(n.format(path=path) in err for n in needles), err
     assert "GPU(s)" not in err and not (tmp_path / "o").exists()
@@ -528,12 +528,12 @@ def test_a_good_tuned_file_reaches_the_gpu_check(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bench, "cuda_device_count", lambda: 0)
     path = tuned_file(tmp_path, overrides=["model.high_priority_a2a_comm_stream=true"],
                       env={"CUDA_DEVICE_MAX_CONNECTIONS": "8"})
-    code = main(["bench", "--tuned", str(path), "--variants", "off,tuned", "--out", str(tmp_path / "o")])
+    code = main(["bench", "run", "--tuned", str(path), "--variants", "off,tuned", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2 and "too many GPUs for this machine" in err and len(err.strip().splitlines()) == 1, err
 
 
-# ---- bench --report grows linearly with the rows, its output unchanged ------------------------------
+# ---- bench report grows linearly with the rows, its output unchanged ------------------------------
 def _baselines_as_before(results) -> list:
     """The off row each row was compared with up to this change (quadratic: each row scanned every
     earlier one): the reference ``bench.baselines`` must equal, row for row."""
@@ -623,7 +623,7 @@ Best share of the possible gain: 93% (tuned, nvlink, h2048 ffn3072 top8/16 mbs2 
 
 def test_the_table_of_a_small_case_is_what_it_was(tmp_path):
     """markdown of ``small_case`` as the quadratic original wrote it (byte for byte), also through
-    bench --report."""
+    bench report."""
     from mbridge_ep_overlap.lab.bench import report
     from mbridge_ep_overlap.lab.tables import write_json as _write_json
 
@@ -650,7 +650,7 @@ def test_a_report_of_20000_rows_takes_seconds(tmp_path, capsys):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "benchmarks.png").write_bytes(b"a plot of another run")
     start = time.perf_counter()
-    code = main(["bench", "--report", str(tmp_path / "big"), "--out", str(tmp_path / "out")])
+    code = main(["bench", "report", str(tmp_path / "big"), "--out", str(tmp_path / "out")])
     seconds = time.perf_counter() - start
     out = capsys.readouterr().out
     assert code == 0 and seconds < 20, seconds

@@ -1,4 +1,4 @@
-"""The exit-code contract's plumbing (tools/exits.py): bad usage is one line on the whole of stderr,
+"""The exit-code contract's plumbing (runtime/exits.py): bad usage is one line on the whole of stderr,
 what the libraries wrote while a command prepared is replayed unchanged on any other outcome, a
 logging handler made during the hold keeps working, and faulthandler still reaches the real stderr.
 Real file descriptors (capfd), no Megatron."""

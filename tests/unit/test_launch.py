@@ -140,7 +140,7 @@ def test_an_interrupt_while_waiting_ends_the_tree_too(tmp_path, monkeypatch):
                 os.kill(pid, signal.SIGKILL)
 
 
-# ---- ranks sharing one GPU (tools.shared_gpu) ----------------------------------------------------
+# ---- ranks sharing one GPU (lab.shared_gpu) ----------------------------------------------------
 def test_shared_gpu_command_wraps_the_script_and_the_default_does_not(tmp_path):
     from mbridge_ep_overlap.lab.shared_gpu import ENV, enabled
 

@@ -1,4 +1,4 @@
-"""A rank's evidence (tools.run_evidence, tools.rank_evidence): flight-recorder variables by torch
+"""A rank's evidence (runtime.run_evidence, runtime.rank_evidence): flight-recorder variables by torch
 version, faulthandler to file and stderr, facts, watchdog settings, and a real stalled collective on
 CPU (gloo) recorded by the watchdog with torch's own flight-recorder dump."""
 
@@ -128,7 +128,7 @@ def test_faulthandler_reaches_the_file_and_stderr_on_a_real_segfault(tmp_path):
 
 
 def test_launch_reads_the_crash_from_stderr_as_before(tmp_path):
-    """tools.launch's crash reader still finds the rank's faulthandler report on its stderr."""
+    """lab.launch's crash reader still finds the rank's faulthandler report on its stderr."""
     from mbridge_ep_overlap.lab.launch import rank_crashes
 
     log = tmp_path / "faulthandler-rank0.log"

@@ -222,7 +222,7 @@ def test_cached_verdicts_on_a_cpu_box_is_none():
     assert smoke.cached_verdicts() is None
 
 
-# ---- crash reports of launched runs (tools.launch) -------------------------------------------------------
+# ---- crash reports of launched runs (lab.launch) -------------------------------------------------------
 def test_run_reports_a_signal_as_a_crash_with_faulthandlers_stack(tmp_path):
     rank0 = "stage: x\n" + STACK
     rank1 = "Thread 0x00007f00 (most recent call first):\n  File \"/x/threading.py\", line 359 in wait\n"

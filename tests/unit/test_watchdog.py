@@ -1,4 +1,4 @@
-"""The progress watchdog (tools.watchdog): thresholds from step times, one record per stall, the files."""
+"""The progress watchdog (runtime.watchdog): thresholds from step times, one record per stall, the files."""
 
 from __future__ import annotations
 

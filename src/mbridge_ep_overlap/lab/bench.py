@@ -26,11 +26,11 @@ efficiency of ``trace.analyze``. Output folder: ``results.json`` (every number),
 ``benchmarks.md`` (the table) and ``benchmarks.png`` (step time per iteration, speedups; not drawn,
 saying so, beyond ``PLOT_MAX_ROWS`` measured rows). Timings are reported, never asserted.
 
-Against ``off`` (``compare_to_baseline``, recomputed by ``bench --report`` for old files too): the
+Against ``off`` (``compare_to_baseline``, recomputed by ``bench report`` for old files too): the
 speedup, loss parity, the peak-memory delta, the compute time added per step (SM / memory contention
 of the overlapped all-to-all), the idle time per step (no kernel running) and the **share of the
 possible gain** ``(off - variant) / (off - ideal)`` - with the ideal ``max(compute, all-to-all)`` from
-the variant's own profile, and beside it from the ``off`` run's profile. ``bench --report`` reads
+the variant's own profile, and beside it from the ``off`` run's profile. ``bench report`` reads
 every ``results.json`` whole and checks each row first (``results.result_from_row``: each field's type,
 finite numbers where the report computes; an empty list is no results file): a bad file is bad
 usage naming the file, the row and the field, and nothing is written; the work grows linearly with
@@ -39,9 +39,9 @@ read from its tasks' summaries (``results.array_rows``) and each row gets the st
 that cluster beside its measured one (``--calibration FILE``: with that cluster calibration), in a
 "measured vs predicted" table. ``parse_variants`` reads ``--variants`` for bench and
 ``launch_slurm.py`` alike. ``summary_line`` names the
-best share of a set of rows. ``bench --tune`` (``tools.tune``) searches the overlap knobs; a tuned
+best share of a set of rows. ``bench tune`` (``lab.tune``) searches the overlap knobs; a tuned
 result (``tuned.json``) runs as the variant ``tuned`` with ``--tuned PATH``. The command itself
-(``bench`` and ``bench --tune``) is ``tools.bench_command``, above both.
+(``bench`` and ``bench tune``) is ``lab.bench_command``, above both.
 """
 
 from __future__ import annotations

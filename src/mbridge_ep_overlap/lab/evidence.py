@@ -306,7 +306,7 @@ class RunRecorder(Callback):
 
 
 def hardware() -> dict:
-    """The GPUs this rank saw, and whether the ranks shared one GPU (``tools.shared_gpu``: the
+    """The GPUs this rank saw, and whether the ranks shared one GPU (``lab.shared_gpu``: the
     emulation whose runs are correctness evidence only, never timings)."""
     import torch
 

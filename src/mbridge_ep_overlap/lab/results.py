@@ -1,7 +1,7 @@
 """The rows of a bench ``results.json``: ``VariantResult`` and the checked way back from JSON.
 
 Contract: ``load_results(path)`` returns the ``VariantResult`` rows of a ``results.json`` written by
-``bench`` (or ``bench --tune``), every field checked for what the report reads (``ROW_FIELDS``:
+``bench`` (or ``bench tune``), every field checked for what the report reads (``ROW_FIELDS``:
 types; finite numbers where the report computes; the profile numbers ``trace.analyze`` wrote) - or
 raises one ``UsageError`` naming the file, the row and the field. ``result_from_row`` checks one row
 (``RowError``). A ``launch_slurm.py --variants`` run folder is read back here too: ``read_manifest``
@@ -68,7 +68,7 @@ class VariantResult:
     compute_vs_off_s: float | None = None
     """Compute time per step added against off (kernel union; SM / memory contention)."""
     disqualified: str = ""
-    """Set by ``bench --tune``: why the row may not win (its losses or its peak memory)."""
+    """Set by ``bench tune``: why the row may not win (its losses or its peak memory)."""
     predicted_s: float | None = None
     """The step-time model's step for this row's config on the cluster it ran on (a Slurm variant array)."""
     prediction: str = ""
@@ -230,7 +230,7 @@ def result_from_row(d) -> VariantResult:
             required = "a finite number > 0" if name == "iterations" else "a finite number"
             raise RowError(f"overlap_efficiency.{name}", value,
                            required + ("" if needed else ", or null") + (" (a2a_s > 0)" if needed else ""))
-    phases = e.get("phases")  # the numbers bench --tune orders its knobs by (tune.evidence)
+    phases = e.get("phases")  # the numbers bench tune orders its knobs by (tune.evidence)
     if phases is not None and not isinstance(phases, dict):
         raise RowError("overlap_efficiency.phases", phases, "a mapping (trace.analyze's phases), or null")
     for name in ("first_forward_s", "last_backward_s", "outside_step_s", "inside", "outside"):
@@ -271,7 +271,7 @@ def load_results(path: Path) -> list[VariantResult]:
         raise UsageError(f"bench results file {str(path)!r}, {where}", value, required, "invalid")
     if bad:  # every bad row named, in one line
         raise UsageError(f"bench results file {str(path)!r}: {len(bad)} bad rows:", BadRows(bad),
-                         "the fields bench writes (tools/results.py ROW_FIELDS)", "invalid")
+                         "the fields bench writes (lab/results.py ROW_FIELDS)", "invalid")
     return rows
 
 
@@ -295,7 +295,7 @@ class Shown:
         return short_value(self.value)
 
 
-# ---- a launch_slurm.py --variants run folder (bench --report) -----------------------------------------------
+# ---- a launch_slurm.py --variants run folder (bench report) -----------------------------------------------
 def read_manifest(folder: Path) -> dict | None:
     """The folder's ``variants.json``, checked; None when the folder has none (a plain bench folder)."""
     path = Path(folder) / MANIFEST

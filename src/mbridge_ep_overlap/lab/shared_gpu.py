@@ -11,7 +11,7 @@ the hardware is emulated.
 
 What it is for: correctness evidence with EP > 1 on a machine with fewer GPUs than ranks - loss
 parity between overlap off and on, that MCore's combined-1F1B schedule ran, delayed wgrad,
-packed sequences - through ``tools.launch.launch(..., share_gpu=True)``, which the functional suite
+packed sequences - through ``lab.launch.launch(..., share_gpu=True)``, which the functional suite
 uses when ``EP_OVERLAP_SHARE_GPU=1`` (``enabled()``). What it is not: timings (the ranks time-slice
 one GPU and the "network" is TCP on loopback; bench never uses it), nor DeepEP / HybridEP, whose
 buffers need one GPU per rank joined by NVLink (the suite does not launch those runs here).

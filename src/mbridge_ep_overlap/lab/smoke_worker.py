@@ -1,4 +1,4 @@
-"""One rank of the dispatcher smoke check (``tools.smoke``), run under torchrun:
+"""One rank of the dispatcher smoke check (``lab.smoke``), run under torchrun:
 
     python -m torch.distributed.run --nproc_per_node 2 -m mbridge_ep_overlap.lab.smoke_worker --backend hybridep
 
@@ -20,7 +20,7 @@ of ``result: ok`` (exit 0), ``wrong: <stage>: <detail>`` (exit 3), ``error: <sta
 SIGSEGV prints this rank's Python stack on stderr. The ``selftest-*`` backends exercise the harness
 without a GPU (gloo): ``ok``, ``segv``, ``hang``, ``wrong``, ``error``.
 
-With ``--run-dir DIR`` (``tools.smoke`` passes the backend's log folder) and the evidence on
+With ``--run-dir DIR`` (``lab.smoke`` passes the backend's log folder) and the evidence on
 (``run_evidence.enabled``), each rank also leaves ``DIR/evidence/`` as a training rank does
 (``base.run_files``): the flight-recorder variables set before its process group exists,
 faulthandler into ``faulthandler-rank<R>.log`` as well as stderr, and ``facts-rank<R>.json`` (the

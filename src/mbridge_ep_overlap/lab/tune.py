@@ -1,4 +1,4 @@
-"""``mbridge-ep-overlap bench --tune``: search the EP-overlap knobs for one recipe, shape and link.
+"""``mbridge-ep-overlap bench tune``: search the EP-overlap knobs for one recipe, shape and link.
 
 Contract
 --------
@@ -30,7 +30,7 @@ first/last microbatch, idle), the memory knob last.
 Outputs in ``out``: ``tune.json`` (the state: every measured candidate; a rerun with the same
 request on the same host resumes from it and measures only what is missing; one whose rows fail
 ``results.result_from_row`` is set aside and measured afresh, saying so), ``results.json`` /
-``benchmarks.md`` / ``benchmarks.png`` (the bench outputs; ``bench --report`` reads them),
+``benchmarks.md`` / ``benchmarks.png`` (the bench outputs; ``bench report`` reads them),
 ``tune.md`` (evidence, order, ranking, winner), and the winner: ``tuned.json`` (``{"overrides":
 [...], "env": {...}, "measured": {...}, ...}``), ``tuned.overrides`` (one ``key=value`` per line:
 trailing ``run_script.py`` arguments or ``plan --set``) and, when the winner sets NCCL options,
@@ -124,7 +124,7 @@ def nccl_yaml(cfg: dict) -> str:
     def scalar(v: Any) -> str:
         return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
-    lines = ["# NCCL communicator options per Megatron-Core process group (mbridge-ep-overlap bench --tune).",
+    lines = ["# NCCL communicator options per Megatron-Core process group (mbridge-ep-overlap bench tune).",
              "# Read by megatron.core.parallel_state.initialize_model_parallel via get_nccl_options(pg_name);",
              "# set cfg.dist.nccl_communicator_config_path to this file."]
     for pg in sorted(cfg):
@@ -399,7 +399,7 @@ def _load_state(out: Path, request: dict) -> tuple[dict[str, VariantResult], str
         cache = {}
         for t in state.get("trials", []):
             fields = {f.name for f in dataclasses.fields(VariantResult)}
-            # each row checked as bench --report checks results.json (results.RowError otherwise)
+            # each row checked as bench report checks results.json (results.RowError otherwise)
             cache[t["name"]] = results.result_from_row({k: v for k, v in dict(t["result"]).items() if k in fields})
         return cache, f"{path}: resuming, {len(cache)} runs already measured"
     except results.RowError as e:
@@ -469,7 +469,7 @@ def tune(recipe: str, nproc: int, shape: str, link: str, out: Path, budget_s: fl
     base = bench.shape_spec(recipe, shape, steps, extra)
     baselines = {"off": Variant({"ep_overlap": False}), "overlap": Candidate().variant(dispatcher, out / "nccl")}
     bench.check_jobs(base, baselines, [link], nproc)  # bad usage (2) or refused (1) before the first job starts
-    bench.require_gpus(nproc, "bench --tune")  # after the request's own checks, before any job or file
+    bench.require_gpus(nproc, "bench tune")  # after the request's own checks, before any job or file
     bench.output_folder(out)
     release_stderr()  # jobs start: what the libraries printed so far is shown, nothing more is held
     t0 = clock()
@@ -571,7 +571,7 @@ def _finish(out: Path, link: str, request: dict, trials: list[Trial], winner: Tr
     if winner is not None:
         tuned = write_tuned(out, request, trials, winner, best, dispatcher)
     text = ranking(trials, winner)
-    doc = [f"# bench --tune: {request['recipe']}, shape {request['shape']}, link {link}, {request['nproc']} GPUs",
+    doc = [f"# bench tune: {request['recipe']}, shape {request['shape']}, link {link}, {request['nproc']} GPUs",
            "", f"Host {request['host']}; {len(trials)} runs ({sum(1 for t in trials if not t.cached)} in this "
            f"invocation, {clock() - t0:.0f} s). Steps {request['steps']}, warmup {request['warmup']}, "
            f"profile {request['profile']}.", ""]
@@ -586,7 +586,7 @@ def _finish(out: Path, link: str, request: dict, trials: list[Trial], winner: Tr
     if tuned:
         doc += ["Winner: " + tuned["advice"], "", "Apply: `tuned.overrides` (trailing run_script.py arguments or "
                 "`plan --set`), `tuned.json` (`tune.apply_tuned(cfg, path)`); re-measure: "
-                "`bench --tuned tuned.json --variants off,overlap:hiprio,tuned`.", ""]
+                "`bench run --tuned tuned.json --variants off,overlap:hiprio,tuned`.", ""]
     doc.append(bench.summary_line(rows))
     (out / "tune.md").write_text("\n".join(doc) + "\n")
     bench.write_outputs(rows, out, f"{request['recipe']}, {request['nproc']} GPUs, shape {request['shape']}, tune")
@@ -709,7 +709,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def tuned_problems(t: Any) -> list[str]:
-    """Every way ``t`` (a parsed tuned.json) differs from what ``bench --tune`` writes, as the
+    """Every way ``t`` (a parsed tuned.json) differs from what ``bench tune`` writes, as the
     launchers need it: ``ep_overlap`` a boolean, ``overrides`` a list of ``key=value`` strings,
     ``env`` a mapping of variable names to strings or integers (what a process environment can
     hold). What the values mean is judged by the pipeline (``bench.check_jobs``, ``apply_tuned``)."""
@@ -738,18 +738,18 @@ def tuned_problems(t: Any) -> list[str]:
 
 
 def load_tuned(path: Path) -> dict:
-    """A ``tuned.json`` written by ``bench --tune`` (UsageError naming the file and every problem
+    """A ``tuned.json`` written by ``bench tune`` (UsageError naming the file and every problem
     otherwise), its ``env`` values as strings; the NCCL file its overrides name is checked as
     Megatron-Core will read it (``check_nccl_file``)."""
     try:
         t = json.loads(Path(path).read_text())
     except (OSError, ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         detail = (str(e).splitlines() or [""])[0]
-        raise UsageError("tuned file", str(path), f"a tuned.json written by bench --tune ({type(e).__name__}"
+        raise UsageError("tuned file", str(path), f"a tuned.json written by bench tune ({type(e).__name__}"
                          + (f": {detail})" if detail else ")"), "unreadable") from None
     problems = tuned_problems(t)
     if problems:
-        raise UsageError("tuned file", str(path), f"a tuned.json written by bench --tune ({'; '.join(problems)})",
+        raise UsageError("tuned file", str(path), f"a tuned.json written by bench tune ({'; '.join(problems)})",
                          "invalid")
     t.setdefault("dispatcher", "alltoall")
     t["env"] = {name: str(value) for name, value in t["env"].items()}
@@ -814,7 +814,7 @@ __all__ = ["tune", "tune_links", "Change", "Candidate", "Context", "KNOBS", "ord
 
 
 def load_tuned_variant(path: Path) -> Variant:
-    """The variant ``tuned`` from a ``tuned.json`` written by ``bench --tune`` (``tune.load_tuned``
+    """The variant ``tuned`` from a ``tuned.json`` written by ``bench tune`` (``tune.load_tuned``
     checks the file; ``check_jobs`` judges its settings before anything is launched)."""
     t = load_tuned(path)
     changes = {"ep_overlap": True, "dispatcher": t["dispatcher"]} if t["ep_overlap"] else {"ep_overlap": False}

@@ -3,7 +3,7 @@
 Contract
 --------
 What every launched rank writes into ``<run_dir>/evidence/`` (layout and names: ``base.run_files``;
-wired into training by ``tools.rank_evidence``):
+wired into training by ``runtime.rank_evidence``):
 
 * the **flight recorder**: ``flight_recorder_environment`` gives PyTorch's variables to set in the
   rank before its process group exists - the names chosen for the installed torch in one place

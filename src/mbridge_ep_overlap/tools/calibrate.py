@@ -1,6 +1,6 @@
 """``mbridge-ep-overlap calibrate RESULTS... -o FILE``: refit the step-time model's cluster inputs.
 
-Contract: reads bench ``results.json`` files (``tools.results.load_results``: every row checked) measured
+Contract: reads bench ``results.json`` files (``lab.results.load_results``: every row checked) measured
 on the cluster described by ``--gpu`` / ``--num-gpus`` (and ``--gpus-per-node`` / ``--nvlink-domain-size``
 when they differ from the GPU kind's), fits the compute efficiencies, the all-to-all bandwidth inside
 the NVLink domain and - when rows of multi-node runs (EP spanning NVLink domains) are among them - the

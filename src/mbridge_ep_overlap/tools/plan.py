@@ -1,6 +1,6 @@
 """``mbridge-ep-overlap plan``: build a recipe for a described target and show what would run.
 
-Contract: the flags map onto a ``RunSpec`` (``tools.flags``); ``build`` configures EP overlap and
+Contract: the flags map onto a ``RunSpec`` (``runtime.flags``); ``build`` configures EP overlap and
 evaluates the rule table once; MB's real ``runtime_config_update`` then finalizes the config with
 only the target's hardware and version gates simulated. Output (``tools.plan_report``, the layout
 ``run_script.py --dryrun`` and ``launch_slurm.py`` share; on stdout, refusals included; the libraries'
