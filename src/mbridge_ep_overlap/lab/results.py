@@ -182,9 +182,9 @@ ROW_FIELDS: dict[str, tuple] = {
 }
 # The profile numbers the report computes with (trace.analyze's OverlapEfficiency); the three read
 # for the table when an all-to-all kernel was recognized (a2a_s > 0) must be there.
-EFFICIENCY_NUMBERS = ("iterations", "a2a_s", "comm_s", "compute_s", "hidden_s", "exposed_s", "hidden_fraction",
+_EFFICIENCY_NUMBERS = ("iterations", "a2a_s", "comm_s", "compute_s", "hidden_s", "exposed_s", "hidden_fraction",
                       "ideal_step_s", "measured_step_s", "idle_step_s", "busy_s")
-EFFICIENCY_NEEDED_WITH_A2A = ("hidden_fraction", "exposed_s", "ideal_step_s")
+_EFFICIENCY_NEEDED_WITH_A2A = ("hidden_fraction", "exposed_s", "ideal_step_s")
 
 
 class RowError(ValueError):
@@ -222,9 +222,9 @@ def result_from_row(d) -> VariantResult:
         if not check(value):
             raise RowError(name, value, required)
     e = d.get("overlap_efficiency") or {}
-    for name in EFFICIENCY_NUMBERS:
+    for name in _EFFICIENCY_NUMBERS:
         value = e.get(name)
-        needed = name in EFFICIENCY_NEEDED_WITH_A2A and e.get("a2a_s")
+        needed = name in _EFFICIENCY_NEEDED_WITH_A2A and e.get("a2a_s")
         if (value is None and needed) or (value is not None and not _finite(value)) or (
                 name == "iterations" and value is not None and value <= 0):
             required = "a finite number > 0" if name == "iterations" else "a finite number"
@@ -270,12 +270,12 @@ def load_results(path: Path) -> list[VariantResult]:
         where, value, required = bad[0]
         raise UsageError(f"bench results file {str(path)!r}, {where}", value, required, "invalid")
     if bad:  # every bad row named, in one line
-        raise UsageError(f"bench results file {str(path)!r}: {len(bad)} bad rows:", BadRows(bad),
+        raise UsageError(f"bench results file {str(path)!r}: {len(bad)} bad rows:", _BadRows(bad),
                          "the fields bench writes (lab/results.py ROW_FIELDS)", "invalid")
     return rows
 
 
-class BadRows:
+class _BadRows:
     """The bad rows of a results file, each with its first bad field and what it needs, for one line."""
 
     def __init__(self, rows: list[tuple[str, "Shown", str]]) -> None:

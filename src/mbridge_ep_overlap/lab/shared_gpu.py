@@ -26,7 +26,7 @@ import sys
 ENV = "EP_OVERLAP_SHARE_GPU"
 """``1``: the functional suite runs its EP > 1 runs with every rank on GPU 0 (this module)."""
 HOSTID_PREFIX = "ep-overlap-shared-gpu-rank"
-NCCL_DEFAULTS = {"NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_DISABLE": "1"}
+_NCCL_DEFAULTS = {"NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_DISABLE": "1"}
 
 
 def enabled(environ: dict | None = None) -> bool:
@@ -50,7 +50,7 @@ def rank_environment(environ: dict) -> dict[str, str]:
     rank = str(environ.get("RANK", "")).strip()
     if not rank.isdigit():
         raise RuntimeError("mbridge_ep_overlap.lab.shared_gpu runs under torchrun (RANK is not set)")
-    return {**{k: v for k, v in NCCL_DEFAULTS.items() if not environ.get(k)},
+    return {**{k: v for k, v in _NCCL_DEFAULTS.items() if not environ.get(k)},
             "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "NCCL_HOSTID": f"{HOSTID_PREFIX}{rank}"}
 
 

@@ -37,8 +37,8 @@ trailing ``run_script.py`` arguments or ``plan --set``) and, when the winner set
 ``nccl_communicator.yaml`` (empty ``tuned.overrides`` and ``"ep_overlap": false`` when overlap off
 was not slower than any candidate). ``load_tuned(path)`` reads a ``tuned.json`` back, refusing as bad
 usage (one line naming the file and every problem) a missing, unreadable or broken file, one whose
-fields have the wrong types (``tuned_problems``: overrides ``key=value`` strings, ``env`` variable
-names to strings or integers) and an NCCL file Megatron-Core could not use (``check_nccl_file``).
+fields have the wrong types (``_tuned_problems``: overrides ``key=value`` strings, ``env`` variable
+names to strings or integers) and an NCCL file Megatron-Core could not use (``_check_nccl_file``).
 ``apply_tuned(cfg, path)`` applies it to a recipe's config (after ``enable_ep_overlap``); ``bench
 --tuned PATH`` re-measures it as the variant ``tuned``, its settings judged by the pipeline first.
 
@@ -80,14 +80,14 @@ NCCL_PG_NAMES = (
     "expt_gtp_remat", "dp", "dp_cp", "intra_dp_cp", "cp", "hcp", "mp", "tp", "pp", "embd", "pos_embd",
     "tp_dp", "tp_dp_cp", "tp_cp", "gtp_remat", "gtp_remat_dp", "gtp_remat_dp_cp", "intra_dist_opt_instance",
 )
-NCCL_OPTIONS = {"max_ctas": int, "min_ctas": int, "cga_cluster_size": int, "net_name": str,
+_NCCL_OPTIONS = {"max_ctas": int, "min_ctas": int, "cga_cluster_size": int, "net_name": str,
                 "is_high_priority_stream": bool}
 _NCCL_CONFIG_OVERRIDE = "dist.nccl_communicator_config_path"
 # RunSpec fields a knob may change, as the override a recipe applies (tuned.overrides)
 _SPEC_AS_OVERRIDE = {"micro_batch_size": "train.micro_batch_size", "global_batch_size": "train.global_batch_size"}
 
 
-def check_nccl_config(cfg: dict) -> dict[str, dict[str, Any]]:
+def _check_nccl_config(cfg: dict) -> dict[str, dict[str, Any]]:
     """``{pg_name: {option: value}}`` validated against what Megatron-Core 0.19.2 reads."""
     if not isinstance(cfg, dict):
         raise UsageError("NCCL communicator config", cfg, "a mapping of process-group name -> options", "invalid")
@@ -96,11 +96,11 @@ def check_nccl_config(cfg: dict) -> dict[str, dict[str, Any]]:
         if pg not in NCCL_PG_NAMES:
             raise UsageError("NCCL process-group name", pg, list(NCCL_PG_NAMES))
         if not isinstance(opts, dict) or not opts:
-            raise UsageError(f"NCCL options of {pg}", opts, f"a non-empty mapping of {sorted(NCCL_OPTIONS)}", "invalid")
+            raise UsageError(f"NCCL options of {pg}", opts, f"a non-empty mapping of {sorted(_NCCL_OPTIONS)}", "invalid")
         for name, value in opts.items():
-            kind = NCCL_OPTIONS.get(name)
+            kind = _NCCL_OPTIONS.get(name)
             if kind is None:
-                raise UsageError(f"NCCL option of {pg}", name, sorted(NCCL_OPTIONS))
+                raise UsageError(f"NCCL option of {pg}", name, sorted(_NCCL_OPTIONS))
             if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise UsageError(f"{pg}.{name}", value, "an integer >= 0", "invalid")
             if kind is bool and not isinstance(value, bool):
@@ -119,7 +119,7 @@ def check_nccl_config(cfg: dict) -> dict[str, dict[str, Any]]:
 
 def nccl_yaml(cfg: dict) -> str:
     """The YAML file ``dist.nccl_communicator_config_path`` points at (format of MCore 0.19.2)."""
-    cfg = check_nccl_config(cfg)
+    cfg = _check_nccl_config(cfg)
 
     def scalar(v: Any) -> str:
         return ("true" if v else "false") if isinstance(v, bool) else str(v)
@@ -149,7 +149,7 @@ class Change:
 
     def __post_init__(self) -> None:
         if self.nccl:
-            check_nccl_config(self.nccl)
+            _check_nccl_config(self.nccl)
         if not re.fullmatch(r"[A-Za-z0-9_.=-]+", self.label):
             raise UsageError("knob option label", self.label, "letters, digits, _ . = -", "invalid")
 
@@ -569,7 +569,7 @@ def _finish(out: Path, link: str, request: dict, trials: list[Trial], winner: Tr
     bench.compare_to_baseline(rows)
     tuned = None
     if winner is not None:
-        tuned = write_tuned(out, request, trials, winner, best, dispatcher)
+        tuned = _write_tuned(out, request, trials, winner, best, dispatcher)
     text = ranking(trials, winner)
     doc = [f"# bench tune: {request['recipe']}, shape {request['shape']}, link {link}, {request['nproc']} GPUs",
            "", f"Host {request['host']}; {len(trials)} runs ({sum(1 for t in trials if not t.cached)} in this "
@@ -625,7 +625,7 @@ def ranking(trials: list[Trial], winner: Trial | None) -> str:
     return "\n".join(lines)
 
 
-def write_tuned(out: Path, request: dict, trials: list[Trial], winner: Trial, best: Candidate | None,
+def _write_tuned(out: Path, request: dict, trials: list[Trial], winner: Trial, best: Candidate | None,
                 dispatcher: str) -> dict:
     """tuned.json, tuned.overrides and (NCCL options) nccl_communicator.yaml for the winner."""
     off = next(t for t in trials if t.name == "off")
@@ -708,7 +708,7 @@ def tune_links(recipe: str, nproc: int, shape: str, links: list[str], out: Path,
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def tuned_problems(t: Any) -> list[str]:
+def _tuned_problems(t: Any) -> list[str]:
     """Every way ``t`` (a parsed tuned.json) differs from what ``bench tune`` writes, as the
     launchers need it: ``ep_overlap`` a boolean, ``overrides`` a list of ``key=value`` strings,
     ``env`` a mapping of variable names to strings or integers (what a process environment can
@@ -740,14 +740,14 @@ def tuned_problems(t: Any) -> list[str]:
 def load_tuned(path: Path) -> dict:
     """A ``tuned.json`` written by ``bench tune`` (UsageError naming the file and every problem
     otherwise), its ``env`` values as strings; the NCCL file its overrides name is checked as
-    Megatron-Core will read it (``check_nccl_file``)."""
+    Megatron-Core will read it (``_check_nccl_file``)."""
     try:
         t = json.loads(Path(path).read_text())
     except (OSError, ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         detail = (str(e).splitlines() or [""])[0]
         raise UsageError("tuned file", str(path), f"a tuned.json written by bench tune ({type(e).__name__}"
                          + (f": {detail})" if detail else ")"), "unreadable") from None
-    problems = tuned_problems(t)
+    problems = _tuned_problems(t)
     if problems:
         raise UsageError("tuned file", str(path), f"a tuned.json written by bench tune ({'; '.join(problems)})",
                          "invalid")
@@ -766,15 +766,15 @@ def load_tuned(path: Path) -> dict:
                                      "missing)", "incomplete")
                 value = str(sibling)
                 o = f"{key}={value}"
-            check_nccl_file(Path(value))
+            _check_nccl_file(Path(value))
         fixed.append(o)
     t["overrides"] = fixed
     return t
 
 
-def check_nccl_file(path: Path) -> dict[str, dict[str, Any]]:
+def _check_nccl_file(path: Path) -> dict[str, dict[str, Any]]:
     """The YAML ``dist.nccl_communicator_config_path`` names, read as Megatron-Core reads it
-    (``yaml.safe_load``) and checked (``check_nccl_config``); UsageError naming the file otherwise."""
+    (``yaml.safe_load``) and checked (``_check_nccl_config``); UsageError naming the file otherwise."""
     import yaml
 
     try:
@@ -783,7 +783,7 @@ def check_nccl_file(path: Path) -> dict[str, dict[str, Any]]:
         raise UsageError("NCCL communicator file", str(path), f"a YAML mapping of process-group name -> options "
                          f"({type(e).__name__})", "unreadable") from None
     try:
-        return check_nccl_config(cfg)
+        return _check_nccl_config(cfg)
     except UsageError as e:
         raise UsageError(f"NCCL communicator file {str(path)!r}: {e.what}", Shown(e.value), e.allowed,
                          e.problem) from None
@@ -809,8 +809,7 @@ def apply_tuned(cfg: Any, path: Path) -> dict:
 
 
 __all__ = ["tune", "tune_links", "Change", "Candidate", "Context", "KNOBS", "order_knobs", "evidence", "nccl_yaml",
-           "check_nccl_config", "check_nccl_file", "tuned_problems", "load_tuned", "apply_tuned", "write_tuned",
-           "ranking", "NCCL_PG_NAMES"]
+           "load_tuned", "apply_tuned", "ranking", "NCCL_PG_NAMES"]
 
 
 def load_tuned_variant(path: Path) -> Variant:

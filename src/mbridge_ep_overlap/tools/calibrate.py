@@ -24,7 +24,7 @@ from ..runtime.exits import positive_int
 from ..lab.results import load_calibration, load_results
 from .plan_report import judge
 
-USED_VARIANTS = ("off", "overlap")
+_USED_VARIANTS = ("off", "overlap")
 
 
 def add_parser(sub) -> None:
@@ -46,7 +46,7 @@ def measured_rows(paths: list[str]):
     for path in paths:
         for i, r in enumerate(load_results(Path(path)), 1):
             rid = f"{path}#{i}"
-            if not r.ok or r.median_s is None or r.variant not in USED_VARIANTS or r.link != "nvlink":
+            if not r.ok or r.median_s is None or r.variant not in _USED_VARIANTS or r.link != "nvlink":
                 print(f"calibrate: not used: {rid} ({r.variant}, link {r.link}, {'ok' if r.ok else 'failed'})",
                       file=sys.stderr)
                 continue

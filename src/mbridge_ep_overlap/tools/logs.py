@@ -34,11 +34,11 @@ from ..diagnose.sources import TextSource, lines
 
 _FIELD = re.compile(r"^\s+(\w+): (.+?)\s+\(Mcore default: .*\)\s*$")
 FALLBACK = re.compile(r"Falling back to alltoall")
-SLOW_CONNECTIONS = re.compile(r"cuda-device-max-connections|CUDA_DEVICE_MAX_CONNECTIONS=1\b")
-MAX_WARNINGS = 20
+_SLOW_CONNECTIONS = re.compile(r"cuda-device-max-connections|CUDA_DEVICE_MAX_CONNECTIONS=1\b")
+_MAX_WARNINGS = 20
 NO_ITERATION_LINES = "no iteration lines"
 """What ``unhealthy`` says of a log without iteration lines (``verify_log`` names the rank to add)."""
-DEFAULTS = {
+_DEFAULTS = {
     "overlap_moe_expert_parallel_comm": "False",
     "delay_wgrad_compute": "False",
     "high_priority_a2a_comm_stream": "False",
@@ -57,7 +57,7 @@ class LogReport:
     slow_paths: list[str] = field(default_factory=list)
 
     def value(self, name: str) -> str:
-        return self.fields.get(name, DEFAULTS[name]).strip("'")
+        return self.fields.get(name, _DEFAULTS[name]).strip("'")
 
     @property
     def overlap_active(self) -> bool:
@@ -119,9 +119,9 @@ def _read_into(report: LogReport, source: TextSource) -> None:
             report.has_summary = True
         if line.startswith("["):
             in_model_block = line.startswith("[model]")
-        if in_model_block and (m := _FIELD.match(line)) and m.group(1) in DEFAULTS:
+        if in_model_block and (m := _FIELD.match(line)) and m.group(1) in _DEFAULTS:
             report.fields.setdefault(m.group(1), m.group(2))
         report.series.feed(line, where)
-        for pattern, found in ((FALLBACK, report.fallbacks), (SLOW_CONNECTIONS, report.slow_paths)):
-            if pattern.search(line) and line.strip() not in found and len(found) < MAX_WARNINGS:
+        for pattern, found in ((FALLBACK, report.fallbacks), (_SLOW_CONNECTIONS, report.slow_paths)):
+            if pattern.search(line) and line.strip() not in found and len(found) < _MAX_WARNINGS:
                 found.append(line.strip())

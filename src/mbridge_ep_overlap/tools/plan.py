@@ -29,12 +29,12 @@ from ..runtime.flags import add_spec_arguments, spec_from_args
 from .calibrate import judged_with
 from .plan_report import judge
 
-DEFAULT_RECIPE = "qwen3_moe_proxy"
+_DEFAULT_RECIPE = "qwen3_moe_proxy"
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("plan", help="plan and finalize a recipe with EP overlap for a described cluster")
-    add_spec_arguments(p, recipe_default=DEFAULT_RECIPE)
+    add_spec_arguments(p, recipe_default=_DEFAULT_RECIPE)
     p.add_argument("--json", action="store_true", help="everything as one JSON document on stdout")
     p.add_argument("--predict", action=argparse.BooleanOptionalAction, default=None,
                    help="predicted step time with overlap off and on (docs/prediction.md); "

@@ -27,7 +27,7 @@ _NO_ITERATIONS = (f"{NO_ITERATION_LINES}: MB prints them on the last rank only -
                   "or the run's log folder")
 
 
-def verdict_lines(report: LogReport, warmup: int) -> list[str]:
+def _verdict_lines(report: LogReport, warmup: int) -> list[str]:
     lines_out = []
     if report.has_summary:
         state = "ACTIVE" if report.overlap_active else "NOT active"
@@ -75,7 +75,7 @@ def verify(paths: list[str], warmup: int = 2) -> tuple[int, list[str]]:
     out, code = [], 0
     for r in reports:
         out.append(f"== {r.path}")
-        out += [f"  {line}" for line in verdict_lines(r, warmup)]
+        out += [f"  {line}" for line in _verdict_lines(r, warmup)]
         code |= 1 if r.unhealthy() or r.fallbacks else 0
     if len(reports) == 2:
         ref, cand = reports
