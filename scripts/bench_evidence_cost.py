@@ -7,7 +7,7 @@ A step-time A/B of the same run with the evidence on and off (``tests/functional
 --only overhead``) on ranks that share one GPU cannot resolve a cost below its run-to-run noise. This
 times each piece the evidence adds, where it runs, and prints the bound it gives on a step:
 
-* the MoE position tracking (``tools.rank_evidence.MoEPosition``): a wrapper around every forward
+* the MoE position tracking (``runtime.rank_evidence.MoEPosition``): a wrapper around every forward
   ``MoELayer.dispatch`` / ``combine`` - timed on a stand-in layer class, wrapped and unwrapped;
 * the watchdog's per-iteration call (``ProgressWatchdog.progress``, its native backup re-armed);
 * the flight recorder's record of one collective: the same ``all_reduce`` on a one-rank gloo group
@@ -50,7 +50,7 @@ def _per_call_us(fn, n: int) -> float:
 
 
 def position_cost(n: int = 200_000) -> float:
-    from mbridge_ep_overlap.tools.rank_evidence import MoEPosition
+    from mbridge_ep_overlap.runtime.rank_evidence import MoEPosition
 
     class Layer:
         layer_number = 1
@@ -70,7 +70,7 @@ def position_cost(n: int = 200_000) -> float:
 
 
 def watchdog_cost(n: int = 2_000) -> float:
-    from mbridge_ep_overlap.tools.watchdog import ProgressWatchdog
+    from mbridge_ep_overlap.runtime.watchdog import ProgressWatchdog
 
     with tempfile.TemporaryDirectory() as tmp:
         dog = ProgressWatchdog(0, Path(tmp) / "fh.log", Path(tmp) / "events.jsonl", native_backup=True)

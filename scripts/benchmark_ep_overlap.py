@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A/B benchmark of EP-overlap variants on a GPU node (see mbridge_ep_overlap.tools.bench).
+"""A/B benchmark of EP-overlap variants on a GPU node (``mbridge-ep-overlap bench run``; see
+mbridge_ep_overlap.lab.bench).
 
     python scripts/benchmark_ep_overlap.py --variants off,overlap,overlap:hiprio --links throttled \
         --shape long-seq --out out/bench
@@ -10,4 +11,4 @@ import sys
 from mbridge_ep_overlap.tools.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main(["bench", *sys.argv[1:]]))
+    sys.exit(main(["bench", "run", *sys.argv[1:]]))

@@ -6,7 +6,7 @@
 Contract
 --------
 Three training runs of ``qwen3_moe_proxy`` (local layer stack, no Transformer Engine needed), EP = 2
-with both ranks on GPU 0 (``tools.shared_gpu``), overlap on with the alltoall dispatcher, two steps,
+with both ranks on GPU 0 (``lab.shared_gpu``), overlap on with the alltoall dispatcher, two steps,
 launched at the same time, each through ``scripts/gpu/env_in_force_rank.py`` (``run_script.py``
 training plus a record of the environment when MB applies ``cfg.env_vars`` and at CUDA's first
 initialisation):
@@ -100,7 +100,7 @@ def read_records(folder: Path) -> dict[int, dict]:
 
 
 def run_case(case: Case, root: Path, timeout_s: float, steps: int) -> dict:
-    from mbridge_ep_overlap.tools import launch
+    from mbridge_ep_overlap.lab import launch
 
     folder = root / case.name
     launch.clear_folder(folder)

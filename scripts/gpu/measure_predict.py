@@ -301,7 +301,7 @@ def memory_runs(te_ok: bool) -> list[tuple[str, str, str, list[str]]]:
     """(name, stack, variant, run_script args) of every memory run; the TE stack only where TE imports.
     Local layers have no delayed wgrad (MCore's backward_dw is a no-op there and the rules refuse it),
     so that variant runs on TE layers only."""
-    from mbridge_ep_overlap.tools.launch import proxy_args
+    from mbridge_ep_overlap.lab.launch import proxy_args
 
     s = MEMORY_SHAPE
     out = []
@@ -318,7 +318,7 @@ def memory_runs(te_ok: bool) -> list[tuple[str, str, str, list[str]]]:
 
 def measure_memory(runs_dir: Path) -> list[dict]:
     from mbridge_ep_overlap.target.shims import real_te_available
-    from mbridge_ep_overlap.tools import launch
+    from mbridge_ep_overlap.lab import launch
 
     te_ok = real_te_available()
     method = ("each rank's own torch.cuda.max_memory_allocated() at the end of training (evidence summary "

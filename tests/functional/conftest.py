@@ -79,7 +79,7 @@ _suite: list[Suite] = []
 
 @pytest.fixture(scope="session")
 def suite(request) -> Suite:
-    from mbridge_ep_overlap.tools.launch import LOG_ROOT
+    from mbridge_ep_overlap.lab.launch import LOG_ROOT
 
     names = [n for item in request.session.items for n in runs_of(item)
              if not item.get_closest_marker("skip")]

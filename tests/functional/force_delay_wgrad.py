@@ -39,7 +39,7 @@ def force_delay_wgrad(cfg, te_available: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mbridge_ep_overlap.tools.flags import spec_from_args
+    from mbridge_ep_overlap.runtime.flags import spec_from_args
     from mbridge_ep_overlap.tools.run import parse_args, writable_folder
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     from megatron.bridge.training.pretrain import pretrain
 
     from mbridge_ep_overlap.core.forward_step import forward_step
-    from mbridge_ep_overlap.tools.evidence import RunRecorder, ScheduleCounter
-    from mbridge_ep_overlap.tools.rank_evidence import evidence_callbacks
+    from mbridge_ep_overlap.lab.evidence import RunRecorder, ScheduleCounter
+    from mbridge_ep_overlap.runtime.rank_evidence import evidence_callbacks
 
     counter = ScheduleCounter(probe_wgrad=True).install()
     step = counter.wrap_forward_step(forward_step)
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             "forced": forced, "overrides": list(spec.overrides)}
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"force_delay_wgrad: {forced}", flush=True)
-    evidence = evidence_callbacks(args, out, built.cfg)  # before pretrain(): see tools.rank_evidence
+    evidence = evidence_callbacks(args, out, built.cfg)  # before pretrain(): see runtime.rank_evidence
     pretrain(built.cfg, step, callbacks=[RunRecorder(summary, counter, meta), *evidence])
     counter.uninstall()
     return 0

@@ -6,9 +6,9 @@ delayed wgrad on TE layers, delayed wgrad forced on local layers (``force_delay_
 refused config. ``Suite`` launches the runs the selected tests use in the background, up to
 ``EP_OVERLAP_PARALLEL_RUNS`` (default 3) at a time - a run is ~45 s of which ~40 s is CPU start-up and
 the proxy takes ~3 GiB per GPU, so runs overlap well on one node - each on its own rendezvous port
-with a hard timeout, and gates each flex run on the dispatcher smoke check (``tools.smoke``).
+with a hard timeout, and gates each flex run on the dispatcher smoke check (``lab.smoke``).
 
-``EP_OVERLAP_SHARE_GPU=1`` (``tools.shared_gpu``) runs every rank of a run on GPU 0, each as a node
+``EP_OVERLAP_SHARE_GPU=1`` (``lab.shared_gpu``) runs every rank of a run on GPU 0, each as a node
 of its own, for correctness evidence on a machine with fewer GPUs than ranks: the runs that need a
 GPU per rank (DeepEP, HybridEP, the smoke check) are not launched then, and their tests skip saying so.
 """
@@ -36,7 +36,7 @@ SMOKE_MAX_AGE_S = float(os.environ.get("EP_OVERLAP_SMOKE_MAX_AGE", "3600"))
 
 
 def _shared() -> bool:
-    from mbridge_ep_overlap.tools import shared_gpu
+    from mbridge_ep_overlap.lab import shared_gpu
 
     return shared_gpu.enabled()
 
@@ -48,8 +48,8 @@ SHARED_SKIP = ("EP_OVERLAP_SHARE_GPU=1 (ranks share one GPU): DeepEP, HybridEP a
 
 
 def gpu_count() -> int:
-    """The GPUs the suite can run its ranks on (``tools.shared_gpu.usable_gpus``)."""
-    from mbridge_ep_overlap.tools.shared_gpu import usable_gpus
+    """The GPUs the suite can run its ranks on (``lab.shared_gpu.usable_gpus``)."""
+    from mbridge_ep_overlap.lab.shared_gpu import usable_gpus
 
     return usable_gpus(NPROC)
 
@@ -83,7 +83,7 @@ class RunDef:
 
 
 def proxy(stack: str) -> list[str]:
-    from mbridge_ep_overlap.tools.launch import proxy_args
+    from mbridge_ep_overlap.lab.launch import proxy_args
 
     return proxy_args(NPROC, STEPS, MICRO_BATCH, MICROBATCHES, recipe=STACKS[stack])
 
@@ -119,7 +119,7 @@ class Suite:
     """Launches the declared runs in the background and hands each test its result."""
 
     def __init__(self, names: list[str], log_root: Path) -> None:
-        from mbridge_ep_overlap.tools import launch
+        from mbridge_ep_overlap.lab import launch
 
         self.defs = run_defs()
         self.log_root = log_root
@@ -137,7 +137,7 @@ class Suite:
 
     # smoke check
     def _start_smoke(self) -> None:
-        from mbridge_ep_overlap.tools import smoke
+        from mbridge_ep_overlap.lab import smoke
 
         def check():
             if os.environ.get("EP_OVERLAP_SMOKE") != "fresh":

@@ -11,9 +11,9 @@ built and checked with ``mbridge_ep_overlap.forward_step`` (so ``build`` accepts
 stock step it refuses, and this script records that refusal in the summary as
 ``refused_with_mb_stock_step``), then MB's ``pretrain()`` trains with MB's *stock*
 ``gpt_step.forward_step``, wrapped by ``evidence.ScheduleCounter`` and recorded by
-``evidence.RunRecorder``. Same flags as ``run_script.py`` (``tools.flags``) plus ``--output-dir`` /
+``evidence.RunRecorder``. Same flags as ``run_script.py`` (``runtime.flags``) plus ``--output-dir`` /
 ``--summary-json``; no ``--dryrun``. Launched by ``test_packed_sequences_gpu.py`` through
-``tools.launch.launch(..., script="tests/functional/packed_stock_step.py")``.
+``lab.launch.launch(..., script="tests/functional/packed_stock_step.py")``.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ def train(args) -> int:
     from mbridge_ep_overlap.core import enforcement
     from mbridge_ep_overlap.base.errors import EPOverlapError
     from mbridge_ep_overlap.core.forward_step import forward_step
-    from mbridge_ep_overlap.tools.evidence import RunRecorder, ScheduleCounter
-    from mbridge_ep_overlap.tools.rank_evidence import evidence_callbacks
-    from mbridge_ep_overlap.tools.flags import spec_from_args
+    from mbridge_ep_overlap.lab.evidence import RunRecorder, ScheduleCounter
+    from mbridge_ep_overlap.runtime.rank_evidence import evidence_callbacks
+    from mbridge_ep_overlap.runtime.flags import spec_from_args
     from mbridge_ep_overlap.tools.run import writable_folder
 
     out = writable_folder(args.output_dir)
@@ -62,14 +62,14 @@ def train(args) -> int:
             "forward_step": f"{gpt_step.forward_step.__module__}.{gpt_step.forward_step.__qualname__}",
             "refused_with_mb_stock_step": refused}
     with enforcement.already_checked(built.cfg, built.report):
-        evidence = evidence_callbacks(args, out, built.cfg)  # before pretrain(): see tools.rank_evidence
+        evidence = evidence_callbacks(args, out, built.cfg)  # before pretrain(): see runtime.rank_evidence
         pretrain(built.cfg, stock_step, callbacks=[RunRecorder(summary, counter, meta), *evidence])
     counter.uninstall()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mbridge_ep_overlap.tools.exits import run_reporting_errors
+    from mbridge_ep_overlap.runtime.exits import run_reporting_errors
     from mbridge_ep_overlap.tools.run import parse_args
 
     args = parse_args(sys.argv[1:] if argv is None else argv)

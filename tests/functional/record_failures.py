@@ -5,7 +5,7 @@
 
 Runs ``CASES`` - each fault of ``fault_injector.py`` on ``qwen3_moe_proxy`` (local layers, no TE),
 EP = 2, overlap on with the alltoall dispatcher, ranks sharing GPU 0 (``EP_OVERLAP_SHARE_GPU=1``, the
-functional suite's way) - up to ``PARALLEL`` at a time, each with a hard timeout (``tools.launch``),
+functional suite's way) - up to ``PARALLEL`` at a time, each with a hard timeout (``lab.launch``),
 after the overhead pairs (the same healthy run with evidence on and off, ``--overhead-pairs`` times,
 alternating which goes first, nothing else running). ``--deadline-s`` bounds the whole (runs that would start after it are
 skipped, and a run's timeout never passes it). Writes under OUT_DIR:
@@ -70,7 +70,7 @@ KEEP_BYTES = 256 * 1024
 
 
 def proxy(steps: int) -> list[str]:
-    from mbridge_ep_overlap.tools.launch import proxy_args
+    from mbridge_ep_overlap.lab.launch import proxy_args
 
     return proxy_args(NPROC, steps, 2, 4) + OVERLAP
 
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in wanted if n not in names]
     if unknown:
         p.error(f"unknown case {unknown[0]!r}; allowed: {', '.join(names)}")
-    from mbridge_ep_overlap.tools import launch
+    from mbridge_ep_overlap.lab import launch
 
     def terminated(signum, frame):  # the outer `timeout`: end every run started here, then leave
         launch.kill_launched()

@@ -19,7 +19,7 @@ import re
 import pytest
 from functional_suite import MICROBATCHES, NPROC, SHARED, SHARED_SKIP, STEPS
 
-from mbridge_ep_overlap.tools.numerics import BF16_RTOL, compare_losses, losses_from_summary
+from mbridge_ep_overlap.lab.numerics import BF16_RTOL, compare_losses, losses_from_summary
 
 pytestmark = pytest.mark.gpu
 

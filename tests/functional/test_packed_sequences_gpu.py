@@ -44,9 +44,9 @@ import shutil
 
 import pytest
 
-from mbridge_ep_overlap.tools import shared_gpu
-from mbridge_ep_overlap.tools.launch import LOG_ROOT, launch
-from mbridge_ep_overlap.tools.numerics import BF16_RTOL, compare_losses, losses_from_summary
+from mbridge_ep_overlap.lab import shared_gpu
+from mbridge_ep_overlap.lab.launch import LOG_ROOT, launch
+from mbridge_ep_overlap.lab.numerics import BF16_RTOL, compare_losses, losses_from_summary
 
 pytestmark = [pytest.mark.gpu, pytest.mark.stack("te")]  # TE's THD attention
 

@@ -20,7 +20,7 @@ import re
 import pytest
 from functional_suite import STEPS, te_problem
 
-from mbridge_ep_overlap.tools.numerics import compare_losses, losses_from_summary
+from mbridge_ep_overlap.lab.numerics import compare_losses, losses_from_summary
 
 pytestmark = pytest.mark.gpu
 

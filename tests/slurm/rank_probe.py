@@ -8,7 +8,7 @@ command line. With PROBE_FAIL_RANK=R, rank R then exits with PROBE_EXIT_CODE.
 Called with run_script.py's arguments instead (a job array task: ``--spec FILE ... --summary-json
 PATH``), it times a few all-reduces as "steps" and rank 0 writes an evidence summary at PATH in
 run_script's form (``steps``: iteration, step_time_s, loss; ``finalized``: what the spec file sets) -
-what ``bench --report`` reads - naming the arguments it was given and the spec it read
+what ``bench report`` reads - naming the arguments it was given and the spec it read
 (``probe_spec``), so a test sees which variant each task ran.
 """
 

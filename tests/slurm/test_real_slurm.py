@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from mbridge_ep_overlap.tools.launch import free_port
+from mbridge_ep_overlap.lab.launch import free_port
 from mbridge_ep_overlap.tools.slurm_values import format_minutes, time_limit_minutes
 
 REPO = Path(__file__).resolve().parents[2]

@@ -82,7 +82,7 @@ def _python(code: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("argv", [
-    ["--help"], ["plan", "--help"], ["bench", "--help"], ["verify-log", "--help"],
+    ["--help"], ["plan", "--help"], ["bench", "run", "--help"], ["verify-log", "--help"],
     ["verify-log", str(FIXTURES / "baseline_off.log"), str(FIXTURES / "overlap_alltoall.log")],
 ])
 def test_commands_that_need_no_megatron_import_neither_torch_nor_megatron(argv):
@@ -105,7 +105,7 @@ def test_bench_report_imports_neither_torch_nor_megatron(tmp_path):
     result = _python(f"""
         import sys
         from mbridge_ep_overlap.tools.cli import main
-        code = main(["bench", "--report", {str(folder)!r}, "--out", {str(tmp_path / "merged")!r}])
+        code = main(["bench", "report", {str(folder)!r}, "--out", {str(tmp_path / "merged")!r}])
         heavy = sorted(m for m in sys.modules if m == "torch" or m.startswith("megatron"))
         sys.exit(1 if heavy or code else 0)
     """)

@@ -77,14 +77,14 @@ def test_verify_log_malformed_loss_and_missing_iterations(tmp_path, capsys):
 def test_bench_report_on_a_broken_results_file(content, tmp_path, capsys):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "results.json").write_text(content)
-    code, _, err = call(cli.main, ["bench", "--report", str(tmp_path / "run"), "--out", str(tmp_path / "m")], capsys)
+    code, _, err = call(cli.main, ["bench", "report", str(tmp_path / "run"), "--out", str(tmp_path / "m")], capsys)
     assert code == 2 and "results.json" in err and len(err.strip().splitlines()) == 1
 
 
 def test_bench_report_compares_each_shape_with_its_own_baseline(tmp_path):
     """Merging the 2026-11-30 long-seq evidence (two throttled long-seq runs, one with FFN 1536, one NVLink run) must
     give each row the speedup of its own run, not the last 'off' of its link."""
-    from mbridge_ep_overlap.tools.bench import report
+    from mbridge_ep_overlap.lab.bench import report
 
     rows = report([REPO / "docs/evidence/2026-11-30-h200x2-bench-long-seq"], tmp_path / "m", "t")
     hiprio = [r for r in rows if r.variant == "overlap:hiprio" and r.link == "throttled"]

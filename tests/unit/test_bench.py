@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mbridge_ep_overlap.tools.bench import compare_to_baseline, markdown, plot, run_bench, summarize_run
+from mbridge_ep_overlap.lab.bench import compare_to_baseline, markdown, plot, run_bench, summarize_run
 from mbridge_ep_overlap.base.errors import UsageError
 
 
@@ -49,9 +49,9 @@ def test_benchmark_shapes_finalize_through_mb(shape, tmp_path, capsys):
     """Every bench shape is a valid RunSpec for the proxy: launched as bench launches it (its spec
     file, ``spec_file.write_spec``, read by run_script.py --spec), MB's real finalize accepts it, and
     each keeps 16 microbatches of 8192 tokens per rank (the docs' commands rely on that)."""
-    from mbridge_ep_overlap.tools.bench import SHAPES, shape_spec, variant_spec
+    from mbridge_ep_overlap.lab.bench import SHAPES, shape_spec, variant_spec
     from mbridge_ep_overlap.tools.run import main
-    from mbridge_ep_overlap.tools.spec_file import write_spec
+    from mbridge_ep_overlap.runtime.spec_file import write_spec
 
     spec = variant_spec(shape_spec("qwen3_moe_proxy", shape, 12, []), "overlap")
     code = main([*write_spec(spec, tmp_path / "spec.json"), "--dryrun", "--output-dir", str(tmp_path)])
@@ -66,7 +66,7 @@ def test_benchmark_shapes_finalize_through_mb(shape, tmp_path, capsys):
 
 
 def test_flags_after_double_dash_win_over_the_shape():
-    from mbridge_ep_overlap.tools.bench import shape_spec
+    from mbridge_ep_overlap.lab.bench import shape_spec
 
     spec = shape_spec("qwen3_moe_proxy", "long-seq", 12, ["--seq-length", "2048", "model.moe_ffn_hidden_size=1536"])
     assert spec.seq_length == 2048 and spec.micro_batch_size == 2
@@ -77,14 +77,14 @@ def test_unknown_shape_is_a_usage_error(capsys, tmp_path):
     from mbridge_ep_overlap.tools.cli import main
 
     with pytest.raises(SystemExit) as excinfo:
-        main(["bench", "--shape", "huge", "--out", str(tmp_path / "never")])
+        main(["bench", "run", "--shape", "huge", "--out", str(tmp_path / "never")])
     err = capsys.readouterr().err
     assert excinfo.value.code == 2 and "--shape" in err and len(err.strip().splitlines()) == 1
 
 
 def test_report_merges_folders_each_against_its_own_baseline(tmp_path):
-    from mbridge_ep_overlap.tools.bench import report
-    from mbridge_ep_overlap.tools.tables import write_json as _write_json
+    from mbridge_ep_overlap.lab.bench import report
+    from mbridge_ep_overlap.lab.tables import write_json as _write_json
 
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
@@ -112,7 +112,7 @@ def test_row_without_recognized_all_to_all_shows_no_efficiency():
 
 
 def test_shape_label_from_finalized_fields():
-    from mbridge_ep_overlap.tools.bench import shape_label
+    from mbridge_ep_overlap.lab.bench import shape_label
 
     fin = {"hidden_size": 2048, "moe_ffn_hidden_size": 3072, "moe_router_topk": 8, "num_moe_experts": 16,
            "micro_batch_size": 16, "seq_length": 512}
@@ -127,9 +127,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_share_of_gain_recomputed_for_the_stop10_evidence(tmp_path):
-    """bench --report recomputes the new columns from old results.json files: the 2026-11-30 long-seq throttled
+    """bench report recomputes the new columns from old results.json files: the 2026-11-30 long-seq throttled
     high-priority row reaches (4.496 - 3.371) / (4.496 - 2.772) = 65% of the possible gain."""
-    from mbridge_ep_overlap.tools.bench import report, summary_line
+    from mbridge_ep_overlap.lab.bench import report, summary_line
 
     rows = report([REPO / "docs/evidence/2026-11-30-h200x2-bench-long-seq"], tmp_path / "m", "t")
     hiprio = [r for r in rows if r.variant == "overlap:hiprio" and r.link == "throttled"]
@@ -151,7 +151,7 @@ def test_share_of_gain_recomputed_for_the_stop10_evidence(tmp_path):
 
 
 def test_summary_line_skips_mismatches_unrecognized_a2a_and_throttled_flex():
-    from mbridge_ep_overlap.tools.bench import summary_line
+    from mbridge_ep_overlap.lab.bench import summary_line
 
     prof = lambda ideal: {"steps": [5, 7], "overlap_efficiency": {  # noqa: E731
         "iterations": 2, "hidden_fraction": 0.8, "exposed_s": 0.2, "ideal_step_s": ideal, "a2a_s": 1.0}}
@@ -188,8 +188,8 @@ def test_new_profiles_give_idle_directly_and_more_microbatches_compare_with_off(
 
 
 def test_no_profile_flag_when_profile_is_zero(tmp_path, monkeypatch):
-    from mbridge_ep_overlap.tools import bench
-    from mbridge_ep_overlap.tools.launch import Run
+    from mbridge_ep_overlap.lab import bench
+    from mbridge_ep_overlap.lab.launch import Run
 
     seen = []
 
@@ -209,7 +209,7 @@ def test_no_profile_flag_when_profile_is_zero(tmp_path, monkeypatch):
 def test_bad_override_is_usage_before_any_launch(tmp_path, monkeypatch, extra):
     """An override after ``--`` that MB cannot apply is bad usage (exit 2) found before torchrun
     starts, not a failed row per variant."""
-    from mbridge_ep_overlap.tools import bench
+    from mbridge_ep_overlap.lab import bench
 
     launched = []
     monkeypatch.setattr(bench, "launch", lambda *a, **k: launched.append(a))
@@ -220,7 +220,7 @@ def test_bad_override_is_usage_before_any_launch(tmp_path, monkeypatch, extra):
     assert launched == []
 
 
-# ---- bench --report on readable but odd results.json files ----------------------------------------
+# ---- bench report on readable but odd results.json files ----------------------------------------
 def good_rows() -> list[dict]:
     off = summarize_run("off", "nvlink", summary([2, 2, 2, 2], [10.0, 9.0, 8.0, 7.0]), 1, 100)
     on = summarize_run("overlap", "nvlink", summary([2, 1.6, 1.6, 1.6], [10.0, 9.0, 8.0, 7.0], PROFILE), 1, 100)
@@ -266,7 +266,7 @@ ODD_FILES = [  # (rows, what the one line must name)
 
 @pytest.mark.parametrize("rows,needle", ODD_FILES, ids=[n.split(";")[0][-40:] for _, n in ODD_FILES])
 def test_report_refuses_an_odd_row_naming_file_row_and_field(rows, needle, tmp_path, capsys):
-    """Each of these crashed `bench --report` (TypeError, AttributeError) after validation of the
+    """Each of these crashed `bench report` (TypeError, AttributeError) after validation of the
     file's JSON alone, some after partial outputs were written, or ([]) exited 1 without a reason."""
     from mbridge_ep_overlap.tools.cli import main
 
@@ -274,7 +274,7 @@ def test_report_refuses_an_odd_row_naming_file_row_and_field(rows, needle, tmp_p
     good.mkdir(), bad.mkdir()
     (good / "results.json").write_text(json.dumps(good_rows()))
     (bad / "results.json").write_text(json.dumps(rows()))  # NaN / Infinity as Python's json writes them
-    code = main(["bench", "--report", str(good), str(bad), "--out", str(tmp_path / "merged")])
+    code = main(["bench", "report", str(good), str(bad), "--out", str(tmp_path / "merged")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"invalid bench results file '{bad / 'results.json'}'" in err and needle in err, err
@@ -286,13 +286,13 @@ def test_report_of_deeply_nested_json_is_one_line(tmp_path, capsys):
 
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "results.json").write_text("[" * 100_000 + "]" * 100_000)
-    code = main(["bench", "--report", str(tmp_path / "r"), "--out", str(tmp_path / "m")])
+    code = main(["bench", "report", str(tmp_path / "r"), "--out", str(tmp_path / "m")])
     err = capsys.readouterr().err
     assert code == 2 and "unreadable bench results file" in err and len(err.strip().splitlines()) == 1
 
 
 def test_the_row_check_knows_every_field_and_passes_real_evidence():
-    from mbridge_ep_overlap.tools.results import ROW_FIELDS, VariantResult, load_results
+    from mbridge_ep_overlap.lab.results import ROW_FIELDS, VariantResult, load_results
 
     assert set(ROW_FIELDS) == {f.name for f in dataclasses.fields(VariantResult)}
     for path in sorted((REPO / "docs/evidence").glob("*/results.json")):
@@ -300,8 +300,8 @@ def test_the_row_check_knows_every_field_and_passes_real_evidence():
 
 
 def test_an_ok_row_without_a_steady_window_renders(tmp_path):
-    """bench --tune judges such a row 'failed: no steady-window step time'; the table must still be made."""
-    from mbridge_ep_overlap.tools.bench import VariantResult
+    """bench tune judges such a row 'failed: no steady-window step time'; the table must still be made."""
+    from mbridge_ep_overlap.lab.bench import VariantResult
 
     off = summarize_run("off", "nvlink", summary([2, 2, 2, 2], [10.0, 9.0, 8.0, 7.0]), 1, 100)
     rows = [off, VariantResult("overlap", "nvlink", ok=True, step_times=[2.0])]
@@ -311,7 +311,7 @@ def test_an_ok_row_without_a_steady_window_renders(tmp_path):
 
 
 def test_plot_of_failed_rows_only_has_no_legend_warning(tmp_path, recwarn):
-    from mbridge_ep_overlap.tools.bench import VariantResult
+    from mbridge_ep_overlap.lab.bench import VariantResult
 
     assert plot([VariantResult("off", "nvlink", ok=False, error="x")], tmp_path / "p.png")
     assert not [w for w in recwarn if "legend" in str(w.message)]
@@ -322,19 +322,19 @@ def test_plot_of_failed_rows_only_has_no_legend_warning(tmp_path, recwarn):
 def test_bench_without_enough_gpus_launches_nothing(gpus, tmp_path, monkeypatch, capsys):
     """It used to start torchrun anyway: 17 s, exit 1, a row 'failed: run 'nvlink__off' exit code 1'
     and the real cause only in a rank's stderr.log."""
-    from mbridge_ep_overlap.tools import bench
+    from mbridge_ep_overlap.lab import bench
     from mbridge_ep_overlap.tools.cli import main
 
     launched = []
     monkeypatch.setattr(bench, "launch", lambda *a, **k: launched.append(a))
     monkeypatch.setattr(bench, "cuda_device_count", lambda: gpus)
-    code = main(["bench", "--variants", "off", "--links", "nvlink", "--out", str(tmp_path / "x")])
+    code = main(["bench", "run", "--variants", "off", "--links", "nvlink", "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"too many GPUs for this machine: --nproc 2; allowed: at most the {gpus} CUDA GPU(s)" in err
     assert launched == [] and not (tmp_path / "x").exists()
     # the request's own checks come first: a bad flag is still reported as such
-    code = main(["bench", "--variants", "fast", "--links", "nvlink", "--out", str(tmp_path / "x")])
+    code = main(["bench", "run", "--variants", "fast", "--links", "nvlink", "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
     assert code == 2 and "unknown variant 'fast'" in err and "GPU" not in err
 
@@ -342,7 +342,7 @@ def test_bench_without_enough_gpus_launches_nothing(gpus, tmp_path, monkeypatch,
 def test_gpu_count_without_torch_is_one_line_not_a_traceback(monkeypatch):
     import sys
 
-    from mbridge_ep_overlap.tools import bench
+    from mbridge_ep_overlap.lab import bench
 
     monkeypatch.setitem(sys.modules, "torch", None)  # torch missing: one line, no traceback
     with pytest.raises(UsageError, match="missing torch"):
@@ -352,7 +352,7 @@ def test_gpu_count_without_torch_is_one_line_not_a_traceback(monkeypatch):
 @pytest.mark.parametrize("kind", ["loop", "dangling", "file", "loop-parent"])
 def test_bench_out_that_cannot_be_a_folder(kind, tmp_path, monkeypatch, capsys):
     """A symbolic-link loop used to read "cannot use '...': File exists" (mkdir(exist_ok=True))."""
-    from mbridge_ep_overlap.tools import bench
+    from mbridge_ep_overlap.lab import bench
     from mbridge_ep_overlap.tools.cli import main
 
     launched = []
@@ -369,12 +369,12 @@ def test_bench_out_that_cannot_be_a_folder(kind, tmp_path, monkeypatch, capsys):
     else:
         link.write_text("")
         why = f"{link} exists and is not a folder"
-    code = main(["bench", "--variants", "off", "--links", "nvlink", "--out", str(out)])
+    code = main(["bench", "run", "--variants", "off", "--links", "nvlink", "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "File exists" not in err, err
     assert f"unusable --out '{out}'" in err and why in err, err
     assert launched == []
-    code = main(["bench", "--report", str(REPO / "docs/evidence/2026-11-30-h200x2-bench-long-seq"), "--out", str(out)])
+    code = main(["bench", "report", str(REPO / "docs/evidence/2026-11-30-h200x2-bench-long-seq"), "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and why in err and len(err.strip().splitlines()) == 1, err
 
@@ -394,7 +394,7 @@ def test_report_of_huge_numbers_is_one_line(row, tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     (run / "results.json").write_text("[" + _json_row(row) + "]")
-    code = cli.main(["bench", "--report", str(run), "--out", str(tmp_path / "out")])
+    code = cli.main(["bench", "report", str(run), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "results.json" in err, err
     assert not (tmp_path / "out").exists()
@@ -411,7 +411,7 @@ def _json_row(row) -> str:
         sys.set_int_max_str_digits(4300)
 
 
-# ---- bench --tuned: the tuned settings judged by the pipeline before anything is launched -----------
+# ---- bench run --tuned: the tuned settings judged by the pipeline before anything is launched -----------
 def fake_node(te: str = "", **facts):
     """A GPU node as the probe would describe it (fake hardware): 2x H100, TE as given, no DeepEP."""
     from mbridge_ep_overlap.target.cluster import describe
@@ -458,11 +458,11 @@ JUDGED_TUNED = [  # (tuned.json fields, exit code, what stderr must say; {path}:
                               "rule", "every-rule", "wrong-type-value", "overlap-off", "environment",
                               "environment-and-override", "env-vars-override"])
 def test_tuned_settings_are_judged_before_anything_is_launched(fields, code, needles, tmp_path, monkeypatch, capsys):
-    """bench --tuned builds each job's spec as run_script.py will (pipeline.build, the rules `plan`
+    """bench run --tuned builds each job's spec as run_script.py will (pipeline.build, the rules `plan`
     evaluates) on this machine with the job's variables: a setting MB cannot apply is bad usage in one
     line naming the file (exit 2), one the rules refuse exit 1 with every violation - before the GPU
     check, with no job started and no output folder."""
-    from mbridge_ep_overlap.tools import bench
+    from mbridge_ep_overlap.lab import bench
     from mbridge_ep_overlap.tools.cli import main
 
     node = fake_node(deep_ep_version="1.2.1", hybrid_ep_available=True, deep_ep_nvshmem=True)
@@ -470,7 +470,7 @@ def test_tuned_settings_are_judged_before_anything_is_launched(fields, code, nee
     monkeypatch.setattr(bench, "launch", must_not_launch)
     monkeypatch.setattr(bench, "cuda_device_count", lambda: 0)  # the settings are named, not the missing GPUs
     path = tuned_file(tmp_path, **fields)
-    got = main(["bench", "--tuned", str(path), "--variants", "off,tuned", "--out", str(tmp_path / "o")])
+    got = main(["bench", "run", "--tuned", str(path), "--variants", "off,tuned", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert got == code and all(n.format(path=path) in err for n in needles), err
     assert "GPU(s)" not in err and not (tmp_path / "o").exists()
@@ -483,8 +483,8 @@ def test_each_job_is_judged_with_its_own_variables_before_the_first_starts(tmp_p
     variant's variables, the multicast-off ones launch adds, WORLD_SIZE; then the jobs run with the
     same (string) values."""
     from mbridge_ep_overlap import pipeline
-    from mbridge_ep_overlap.tools import bench
-    from mbridge_ep_overlap.tools.launch import MULTICAST_OFF, Run
+    from mbridge_ep_overlap.lab import bench
+    from mbridge_ep_overlap.lab.launch import MULTICAST_OFF, Run
 
     events = []
     real_build = pipeline.build
@@ -503,7 +503,7 @@ def test_each_job_is_judged_with_its_own_variables_before_the_first_starts(tmp_p
     monkeypatch.setattr("mbridge_ep_overlap.target.probe.probe", lambda: fake_node())
     monkeypatch.setattr(bench, "launch", fake_launch)
     monkeypatch.setattr(bench, "cuda_device_count", lambda: 2)
-    from mbridge_ep_overlap.tools.tune import load_tuned_variant
+    from mbridge_ep_overlap.lab.tune import load_tuned_variant
 
     tuned = load_tuned_variant(tuned_file(tmp_path, env={"CUDA_DEVICE_MAX_CONNECTIONS": 8}))
     bench.run_bench("qwen3_moe_proxy", 2, ["tuned"], ["nvlink", "throttled"], tmp_path / "o", steps=4, profile=0,
@@ -520,7 +520,7 @@ def test_each_job_is_judged_with_its_own_variables_before_the_first_starts(tmp_p
 
 
 def test_a_good_tuned_file_reaches_the_gpu_check(tmp_path, monkeypatch, capsys):
-    from mbridge_ep_overlap.tools import bench
+    from mbridge_ep_overlap.lab import bench
     from mbridge_ep_overlap.tools.cli import main
 
     monkeypatch.setattr("mbridge_ep_overlap.target.probe.probe", lambda: fake_node())
@@ -528,16 +528,16 @@ def test_a_good_tuned_file_reaches_the_gpu_check(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bench, "cuda_device_count", lambda: 0)
     path = tuned_file(tmp_path, overrides=["model.high_priority_a2a_comm_stream=true"],
                       env={"CUDA_DEVICE_MAX_CONNECTIONS": "8"})
-    code = main(["bench", "--tuned", str(path), "--variants", "off,tuned", "--out", str(tmp_path / "o")])
+    code = main(["bench", "run", "--tuned", str(path), "--variants", "off,tuned", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2 and "too many GPUs for this machine" in err and len(err.strip().splitlines()) == 1, err
 
 
-# ---- bench --report grows linearly with the rows, its output unchanged ------------------------------
+# ---- bench report grows linearly with the rows, its output unchanged ------------------------------
 def _baselines_as_before(results) -> list:
     """The off row each row was compared with up to this change (quadratic: each row scanned every
     earlier one): the reference ``bench.baselines`` must equal, row for row."""
-    from mbridge_ep_overlap.tools.bench import workload_key
+    from mbridge_ep_overlap.lab.bench import workload_key
 
     chosen = []
     for i, r in enumerate(results):
@@ -582,16 +582,16 @@ def synthetic_rows(n: int, seed: int = 0) -> list[dict]:
 
 @pytest.mark.parametrize("seed", range(5))
 def test_each_row_gets_the_off_row_the_quadratic_search_chose(seed):
-    from mbridge_ep_overlap.tools.bench import baselines
-    from mbridge_ep_overlap.tools.results import result_from_row
+    from mbridge_ep_overlap.lab.bench import baselines
+    from mbridge_ep_overlap.lab.results import result_from_row
 
     rows = [result_from_row(d) for d in synthetic_rows(150, seed)]
     assert same_rows(baselines(rows), _baselines_as_before(rows))
 
 
 def test_the_evidence_gets_the_off_rows_it_got_before():
-    from mbridge_ep_overlap.tools.bench import baselines
-    from mbridge_ep_overlap.tools.results import load_results
+    from mbridge_ep_overlap.lab.bench import baselines
+    from mbridge_ep_overlap.lab.results import load_results
 
     merged = []
     for path in sorted((REPO / "docs/evidence").glob("*/results.json")):
@@ -623,9 +623,9 @@ Best share of the possible gain: 93% (tuned, nvlink, h2048 ffn3072 top8/16 mbs2 
 
 def test_the_table_of_a_small_case_is_what_it_was(tmp_path):
     """markdown of ``small_case`` as the quadratic original wrote it (byte for byte), also through
-    bench --report."""
-    from mbridge_ep_overlap.tools.bench import report
-    from mbridge_ep_overlap.tools.tables import write_json as _write_json
+    bench report."""
+    from mbridge_ep_overlap.lab.bench import report
+    from mbridge_ep_overlap.lab.tables import write_json as _write_json
 
     rows = small_case()
     compare_to_baseline(rows)
@@ -641,7 +641,7 @@ def test_a_report_of_20000_rows_takes_seconds(tmp_path, capsys):
     legend entry and a labelled bar per row, 530,000 pixels wide); now the work grows linearly."""
     import time
 
-    from mbridge_ep_overlap.tools.bench import PLOT_MAX_ROWS
+    from mbridge_ep_overlap.lab.bench import PLOT_MAX_ROWS
     from mbridge_ep_overlap.tools.cli import main
 
     (tmp_path / "big").mkdir()
@@ -650,7 +650,7 @@ def test_a_report_of_20000_rows_takes_seconds(tmp_path, capsys):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "benchmarks.png").write_bytes(b"a plot of another run")
     start = time.perf_counter()
-    code = main(["bench", "--report", str(tmp_path / "big"), "--out", str(tmp_path / "out")])
+    code = main(["bench", "report", str(tmp_path / "big"), "--out", str(tmp_path / "out")])
     seconds = time.perf_counter() - start
     out = capsys.readouterr().out
     assert code == 0 and seconds < 20, seconds
@@ -662,7 +662,7 @@ def test_a_report_of_20000_rows_takes_seconds(tmp_path, capsys):
 
 
 def test_plot_limit(tmp_path):
-    from mbridge_ep_overlap.tools.bench import PLOT_MAX_ROWS, VariantResult, too_many_to_plot
+    from mbridge_ep_overlap.lab.bench import PLOT_MAX_ROWS, VariantResult, too_many_to_plot
 
     rows = [VariantResult("off", "nvlink", ok=True, step_times=[1.0])] * PLOT_MAX_ROWS
     failed = [VariantResult("off", "nvlink", ok=False, error="x")]
@@ -674,7 +674,7 @@ def test_plot_limit(tmp_path):
 def small_case() -> list:
     """Rows in the order a merged report meets them: a row before its off, two offs of one workload,
     a loss mismatch, another global batch (no off), a failed row."""
-    from mbridge_ep_overlap.tools.bench import VariantResult
+    from mbridge_ep_overlap.lab.bench import VariantResult
 
     fin = {"hidden_size": 2048, "moe_ffn_hidden_size": 3072, "moe_router_topk": 8, "num_moe_experts": 16,
            "micro_batch_size": 2, "seq_length": 4096, "global_batch_size": 64}

@@ -14,7 +14,7 @@ from mbridge_ep_overlap.predict.cluster_calibration import (SCALE_OUT, SCALE_OUT
                                                               fit_cluster, predicted_step, scale_out_link)
 from mbridge_ep_overlap.predict.costs import default_calibration, gpu_spec
 from mbridge_ep_overlap.tools.cli import main as cli
-from mbridge_ep_overlap.tools.results import VariantResult
+from mbridge_ep_overlap.lab.results import VariantResult
 
 CLUSTER = Cluster(gpu="h200", num_gpus=8, gpus_per_node=8, nvlink_domain_size=8)
 TRUE = dataclasses.replace(default_calibration(), gemm_efficiency=0.42, memory_efficiency=0.61,
@@ -169,7 +169,7 @@ def test_calibrate_bad_results_and_unusable_rows_are_exit_2(tmp_path, capsys):
 
 
 def test_rows_of_a_throttled_link_or_another_variant_are_not_used(tmp_path, capsys):
-    from mbridge_ep_overlap.tools.calibrate_command import measured_rows
+    from mbridge_ep_overlap.tools.calibrate import measured_rows
 
     res = _results(tmp_path, [_row(0, SHAPES[0], "off"), _row(1, SHAPES[1], "off")])
     data = json.loads(res.read_text())

@@ -25,7 +25,7 @@ def test_flex_buffer_evidence_reads_the_globals_megatron_core_really_has():
     globals; if a megatron-core update renamed them, this evidence would silently read False."""
     from megatron.core.transformer.moe import fused_a2a
 
-    from mbridge_ep_overlap.tools.evidence import flex_buffers
+    from mbridge_ep_overlap.lab.evidence import flex_buffers
 
     assert hasattr(fused_a2a, "_buffer") and hasattr(fused_a2a, "_hybrid_ep_buffer")
     assert flex_buffers() == {"deepep": False, "hybridep": False}

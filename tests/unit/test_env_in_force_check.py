@@ -79,7 +79,7 @@ def test_the_rank_entry_needs_an_output_folder():
 
 
 def test_the_check_launches_run_script_flags_the_parser_accepts():
-    from mbridge_ep_overlap.tools.launch import proxy_args
+    from mbridge_ep_overlap.lab.launch import proxy_args
     from mbridge_ep_overlap.tools.run import parse_args
 
     args = parse_args(proxy_args(2, steps=2, micro_batch=1, microbatches=2)

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from mbridge_ep_overlap.tools import evidence
-from mbridge_ep_overlap.tools.evidence import ScheduleCounter, WgradCounter
+from mbridge_ep_overlap.lab import evidence
+from mbridge_ep_overlap.lab.evidence import ScheduleCounter, WgradCounter
 
 
 class _Slot(torch.nn.Module):

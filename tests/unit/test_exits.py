@@ -1,4 +1,4 @@
-"""The exit-code contract's plumbing (tools/exits.py): bad usage is one line on the whole of stderr,
+"""The exit-code contract's plumbing (runtime/exits.py): bad usage is one line on the whole of stderr,
 what the libraries wrote while a command prepared is replayed unchanged on any other outcome, a
 logging handler made during the hold keeps working, and faulthandler still reaches the real stderr.
 Real file descriptors (capfd), no Megatron."""
@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from mbridge_ep_overlap.base.errors import EPOverlapError, UsageError
-from mbridge_ep_overlap.tools import exits
+from mbridge_ep_overlap.runtime import exits
 
 
 @pytest.fixture(autouse=True)
@@ -106,7 +106,7 @@ def test_nested_holds_leave_the_outer_one_in_charge(capfd):
 
 SCRIPT = textwrap.dedent("""
     import faulthandler, os, sys
-    from mbridge_ep_overlap.tools import exits
+    from mbridge_ep_overlap.runtime import exits
     {setup}
     def action():
         os.write(2, b"noise\\n")

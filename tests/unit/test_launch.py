@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mbridge_ep_overlap.tools import launch
+from mbridge_ep_overlap.lab import launch
 
 # top -> child (top's group) -> grandchild (a session of its own, as torchrun starts its workers)
 # -> leaf (the grandchild's session). The grandchild and the leaf ignore SIGTERM: only SIGKILL ends
@@ -140,24 +140,24 @@ def test_an_interrupt_while_waiting_ends_the_tree_too(tmp_path, monkeypatch):
                 os.kill(pid, signal.SIGKILL)
 
 
-# ---- ranks sharing one GPU (tools.shared_gpu) ----------------------------------------------------
+# ---- ranks sharing one GPU (lab.shared_gpu) ----------------------------------------------------
 def test_shared_gpu_command_wraps_the_script_and_the_default_does_not(tmp_path):
-    from mbridge_ep_overlap.tools.shared_gpu import ENV, enabled
+    from mbridge_ep_overlap.lab.shared_gpu import ENV, enabled
 
     plain = launch.launch_command("x", 2, ["--a"], tmp_path, script="scripts/run_script.py", master_port=1)
     shared = launch.launch_command("x", 2, ["--a"], tmp_path, script="scripts/run_script.py", master_port=1,
                                    share_gpu=True)
-    assert "--module" not in plain and "mbridge_ep_overlap.tools.shared_gpu" not in plain
+    assert "--module" not in plain and "mbridge_ep_overlap.lab.shared_gpu" not in plain
     i = shared.index("--module")
-    assert shared[i + 1] == "mbridge_ep_overlap.tools.shared_gpu"
+    assert shared[i + 1] == "mbridge_ep_overlap.lab.shared_gpu"
     assert shared[i + 2].endswith("scripts/run_script.py") and shared[i + 3] == "--a"
-    assert [a for a in shared if a not in ("--module", "mbridge_ep_overlap.tools.shared_gpu")] == plain
+    assert [a for a in shared if a not in ("--module", "mbridge_ep_overlap.lab.shared_gpu")] == plain
     assert enabled({ENV: "1"}) and not enabled({ENV: "0"}) and not enabled({})
 
 
 @pytest.mark.parametrize("caller, expect_ifname", [({}, "lo"), ({"NCCL_SOCKET_IFNAME": "eth0"}, None)])
 def test_shared_gpu_rank_environment(caller, expect_ifname):
-    from mbridge_ep_overlap.tools.shared_gpu import HOSTID_PREFIX, active, rank_environment
+    from mbridge_ep_overlap.lab.shared_gpu import HOSTID_PREFIX, active, rank_environment
 
     env0 = rank_environment({"RANK": "0", "LOCAL_RANK": "0", **caller})
     env1 = rank_environment({"RANK": "1", "LOCAL_RANK": "1", **caller})
@@ -180,7 +180,7 @@ def test_shared_gpu_runs_the_script_as_main_with_the_rank_environment(tmp_path):
                       "sys.exit(3)\n")
     env = {**os.environ, "RANK": "1", "LOCAL_RANK": "1"}
     env.pop("NCCL_HOSTID", None)
-    proc = subprocess.run([sys.executable, "-m", "mbridge_ep_overlap.tools.shared_gpu", str(script), "--x", "1"],
+    proc = subprocess.run([sys.executable, "-m", "mbridge_ep_overlap.lab.shared_gpu", str(script), "--x", "1"],
                           env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 3, proc.stderr  # the script's own exit code
     out = json.loads(proc.stdout)

@@ -7,7 +7,8 @@ import pytest
 
 from mbridge_ep_overlap.tools.cli import main
 from mbridge_ep_overlap.base.errors import UsageError
-from mbridge_ep_overlap.tools.logs import parse, verify
+from mbridge_ep_overlap.tools.logs import parse
+from mbridge_ep_overlap.tools.verify_log import verify
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 OFF, ON = str(FIXTURES / "baseline_off.log"), str(FIXTURES / "overlap_alltoall.log")

@@ -1,4 +1,4 @@
-from mbridge_ep_overlap.tools.numerics import BF16_RTOL, compare_losses, losses_from_summary
+from mbridge_ep_overlap.lab.numerics import BF16_RTOL, compare_losses, losses_from_summary
 
 
 def test_equal_and_within_tolerance_pass():

@@ -132,7 +132,8 @@ def test_the_names_have_one_owner():
     from mbridge_ep_overlap import spec
     from mbridge_ep_overlap.core import dispatcher
     from mbridge_ep_overlap.predict import inputs
-    from mbridge_ep_overlap.tools import flags, smoke
+    from mbridge_ep_overlap.runtime import flags
+    from mbridge_ep_overlap.lab import smoke
 
     assert choices.DISPATCHERS == (*choices.NAMED_DISPATCHERS, choices.AUTO)
     assert dispatcher.FLEX_BACKENDS is choices.FLEX_BACKENDS and spec.DISPATCHERS is choices.DISPATCHERS

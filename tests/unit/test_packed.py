@@ -438,7 +438,7 @@ def test_gpu_proof_writes_its_loss_table(monkeypatch, tmp_path):
     """The evidence writer and the assertions of ``test_packed_sequences_gpu.py`` on made-up summaries."""
     from pathlib import Path
 
-    from mbridge_ep_overlap.tools.launch import Run
+    from mbridge_ep_overlap.lab.launch import Run
 
     gpu = _load("tests/functional/test_packed_sequences_gpu.py", "packed_gpu_proof")
     monkeypatch.setattr(gpu, "LOG_ROOT", tmp_path)

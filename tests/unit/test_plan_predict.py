@@ -108,13 +108,13 @@ def test_plan_json_writer_never_writes_infinity_or_nan(capsys):
     """Whatever non-finite number reaches the writer becomes a string; ints too long to print, their size."""
     import argparse
 
-    from mbridge_ep_overlap.tools import plan_command
+    from mbridge_ep_overlap.tools import plan
     from mbridge_ep_overlap.tools.plan_report import Outcome
 
     data = {"a": float("inf"), "b": [float("-inf"), {"c": float("nan")}], "d": (1.5, 10**5000), "e": 2**64}
-    with mock.patch.object(plan_command, "judge", return_value=Outcome(0, [], data)), \
-            mock.patch.object(plan_command, "spec_from_args"):
-        assert plan_command.main(argparse.Namespace(json=True, predict=None, rules=False)) == 0
+    with mock.patch.object(plan, "judge", return_value=Outcome(0, [], data)), \
+            mock.patch.object(plan, "spec_from_args"):
+        assert plan.main(argparse.Namespace(json=True, predict=None, rules=False)) == 0
     assert _strict_json(capsys.readouterr().out) == {"a": "inf", "b": ["-inf", {"c": "nan"}],
                                                      "d": [1.5, "a 16610-bit integer"], "e": 2**64}
 

@@ -142,7 +142,7 @@ def test_report_flags_of_a_dry_run_are_refused_when_training(flags, capsys):
 
 # --- the libraries' warnings -----------------------------------------------------------------------
 def _collect(action):
-    from mbridge_ep_overlap.tools.upstream_warnings import Collector
+    from mbridge_ep_overlap.runtime.upstream_warnings import Collector
 
     c = Collector().start()
     try:

@@ -36,7 +36,7 @@ print(json.dumps({{"code": code, "seconds": time.monotonic() - start, "stderr": 
 FRONT_ENDS = [
     ("plan", "from mbridge_ep_overlap.tools.cli import main; code = main(['plan', '--recipe', 'qwen3_30b_a3c'])"),
     ("plan --json", "from mbridge_ep_overlap.tools.cli import main; code = main(['plan', '--recipe', 'qwen3_30b_a3c', '--json'])"),
-    ("bench", "from mbridge_ep_overlap.tools.cli import main; code = main(['bench', '--recipe', 'qwen3_30b_a3c'])"),
+    ("bench", "from mbridge_ep_overlap.tools.cli import main; code = main(['bench', 'run', '--recipe', 'qwen3_30b_a3c'])"),
     ("run_script --dryrun", "from mbridge_ep_overlap.tools.run import main; "
                             "code = main(['--recipe', 'qwen3_30b_a3c', '--dryrun', '--output-dir', sys.argv[1]])"),
     ("run_script (training)", "from mbridge_ep_overlap.tools.run import main; "

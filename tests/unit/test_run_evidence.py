@@ -1,4 +1,4 @@
-"""A rank's evidence (tools.run_evidence, tools.rank_evidence): flight-recorder variables by torch
+"""A rank's evidence (runtime.run_evidence, runtime.rank_evidence): flight-recorder variables by torch
 version, faulthandler to file and stderr, facts, watchdog settings, and a real stalled collective on
 CPU (gloo) recorded by the watchdog with torch's own flight-recorder dump."""
 
@@ -18,7 +18,7 @@ import pytest
 
 from mbridge_ep_overlap.base import run_files
 from mbridge_ep_overlap.base.errors import UsageError
-from mbridge_ep_overlap.tools import run_evidence as ev
+from mbridge_ep_overlap.runtime import run_evidence as ev
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -112,7 +112,7 @@ def test_faulthandler_reaches_the_file_and_stderr_on_a_real_segfault(tmp_path):
     log = tmp_path / "evidence" / "faulthandler-rank0.log"
     code = textwrap.dedent(f"""
         import ctypes, sys
-        from mbridge_ep_overlap.tools.run_evidence import enable_faulthandler
+        from mbridge_ep_overlap.runtime.run_evidence import enable_faulthandler
         enable_faulthandler(__import__("pathlib").Path({str(log)!r}), sys.stderr)
         def dispatch_in_layer():
             ctypes.string_at(0)
@@ -128,11 +128,11 @@ def test_faulthandler_reaches_the_file_and_stderr_on_a_real_segfault(tmp_path):
 
 
 def test_launch_reads_the_crash_from_stderr_as_before(tmp_path):
-    """tools.launch's crash reader still finds the rank's faulthandler report on its stderr."""
-    from mbridge_ep_overlap.tools.launch import rank_crashes
+    """lab.launch's crash reader still finds the rank's faulthandler report on its stderr."""
+    from mbridge_ep_overlap.lab.launch import rank_crashes
 
     log = tmp_path / "faulthandler-rank0.log"
-    code = ("import ctypes, sys, pathlib\nfrom mbridge_ep_overlap.tools.run_evidence import enable_faulthandler\n"
+    code = ("import ctypes, sys, pathlib\nfrom mbridge_ep_overlap.runtime.run_evidence import enable_faulthandler\n"
             f"enable_faulthandler(pathlib.Path({str(log)!r}), sys.stderr)\nctypes.string_at(0)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     crashes = rank_crashes({"attempt_0/0/stderr.log": result.stderr})
@@ -143,8 +143,8 @@ STALL_SCRIPT = textwrap.dedent("""
     import os, sys, time, datetime, pathlib
     run_dir, rank = pathlib.Path(sys.argv[1]), int(sys.argv[2])
     from mbridge_ep_overlap.base import run_files
-    from mbridge_ep_overlap.tools import run_evidence as ev
-    from mbridge_ep_overlap.tools.watchdog import ProgressWatchdog
+    from mbridge_ep_overlap.runtime import run_evidence as ev
+    from mbridge_ep_overlap.runtime.watchdog import ProgressWatchdog
     import torch
     os.environ.update(ev.flight_recorder_environment(run_dir, torch.__version__))
     import torch.distributed as dist
@@ -166,7 +166,7 @@ STALL_SCRIPT = textwrap.dedent("""
 def test_a_real_stalled_collective_is_recorded_by_the_watchdog(tmp_path):
     """Two gloo ranks; rank 1 skips the second collective. Rank 0's watchdog writes its stacks (the
     waiting frame named), a stall event, and torch's flight-recorder dump showing the collective."""
-    from mbridge_ep_overlap.tools.launch import free_port
+    from mbridge_ep_overlap.lab.launch import free_port
 
     script = tmp_path / "stall.py"
     script.write_text(STALL_SCRIPT)
@@ -197,8 +197,8 @@ def test_a_real_stalled_collective_is_recorded_by_the_watchdog(tmp_path):
 def test_rank_evidence_position_and_callback_on_the_real_moe_layer(tmp_path):
     from megatron.core.transformer.moe.moe_layer import MoELayer
 
-    from mbridge_ep_overlap.tools.rank_evidence import MoEPosition, ProgressCallback, RunEvidence
-    from mbridge_ep_overlap.tools.watchdog import ProgressWatchdog
+    from mbridge_ep_overlap.runtime.rank_evidence import MoEPosition, ProgressCallback, RunEvidence
+    from mbridge_ep_overlap.runtime.watchdog import ProgressWatchdog
 
     original = MoELayer.dispatch, MoELayer.combine
     position = MoEPosition().install()
@@ -231,7 +231,7 @@ def test_run_evidence_start_in_a_rank(tmp_path):
         os.environ.update(RANK="1", WORLD_SIZE="2", LOCAL_RANK="0")
         from mbridge_ep_overlap.target import shims
         shims.install()
-        from mbridge_ep_overlap.tools.rank_evidence import RunEvidence
+        from mbridge_ep_overlap.runtime.rank_evidence import RunEvidence
         e = RunEvidence.start({str(tmp_path)!r}, None, stderr=sys.stderr, watchdog_flag="40")
         print(json.dumps({{k: os.environ.get(k) for k in ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE",
               "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT")}}))
@@ -254,7 +254,7 @@ def test_run_evidence_start_in_a_rank(tmp_path):
 
 
 def test_evidence_callbacks_off_by_flag_or_variable(tmp_path, monkeypatch):
-    from mbridge_ep_overlap.tools.rank_evidence import evidence_callbacks
+    from mbridge_ep_overlap.runtime.rank_evidence import evidence_callbacks
 
     args = types.SimpleNamespace(evidence="off", watchdog_s=None)
     assert evidence_callbacks(args, tmp_path, None) == []

@@ -39,7 +39,7 @@ def test_qwen3_30b_two_nodes(capsys, tmp_path):
                  f"scripts/run_script.py --spec {tmp_path}/logs/ep-overlap-qwen3_30b_a3b.spec.json\n"):
         assert line in out, line
     # the job is given the run description as data: the spec it was judged with, read back as run_script reads it
-    from mbridge_ep_overlap.tools.spec_file import read_spec
+    from mbridge_ep_overlap.runtime.spec_file import read_spec
 
     spec = read_spec(tmp_path / "logs" / "ep-overlap-qwen3_30b_a3b.spec.json")
     assert (spec.recipe, spec.ep_overlap, spec.overrides) == ("qwen3_30b_a3b", True, ("train.train_iters=50",))
@@ -330,8 +330,8 @@ def _fake_bin(folder: Path) -> Path:
 
 def test_variants_array_task_i_runs_variant_i_with_the_same_spec(array_dry, tmp_path):
     from mbridge_ep_overlap.spec import RunSpec, TargetSpec
-    from mbridge_ep_overlap.tools.bench import variant_spec
-    from mbridge_ep_overlap.tools.spec_file import read_spec
+    from mbridge_ep_overlap.lab.bench import variant_spec
+    from mbridge_ep_overlap.runtime.spec_file import read_spec
     from mbridge_ep_overlap.tools.slurm_variants import slug
 
     root, out, err = array_dry
@@ -428,7 +428,7 @@ def test_array_cost_lines_total_gpu_hours_over_every_task():
         assert needle in text, (needle, text)
 
 
-# ---- bench --report on such a folder: measured vs predicted ------------------------------------------
+# ---- bench report on such a folder: measured vs predicted ------------------------------------------
 def _array_folder(root: Path, median: dict[str, float | None]) -> Path:
     """A run folder as the array leaves it: variants.json and each task's summary (None: none left)."""
     from mbridge_ep_overlap.predict.calibrate import PROXY_RECIPE
@@ -456,7 +456,7 @@ def test_bench_report_of_an_array_folder_puts_the_prediction_beside_each_measure
     from mbridge_ep_overlap.tools.cli import main as cli
 
     run = _array_folder(tmp_path / "run", {"off": 2.0, "overlap": 1.6, "overlap:hiprio": None})
-    assert cli(["bench", "--report", str(run), "--out", str(tmp_path / "rep")]) == 0
+    assert cli(["bench", "report", str(run), "--out", str(tmp_path / "rep")]) == 0
     out = capsys.readouterr().out
     fin = json.loads((run / "runs/nvlink__off/summary.json").read_text())["finalized"]
     p = predict(StepInputs.from_summary(fin, num_gpus=8), Cluster(gpu="h200", num_gpus=8, gpus_per_node=8))
@@ -478,14 +478,16 @@ def test_bench_report_predicts_with_the_calibration_file_when_given(tmp_path, ca
     cal = ClusterCalibration(gpu="h200", fitted={"gemm_efficiency": 0.2, "memory_efficiency": 0.3,
                                                  "nvlink_alltoall_efficiency": 0.1}, cluster={}, rows=())
     cal.save(tmp_path / "cal.json")
-    assert cli(["bench", "--report", str(run), "--out", str(tmp_path / "a")]) == 0
-    assert cli(["bench", "--report", str(run), "--out", str(tmp_path / "b"), "--calibration", str(tmp_path / "cal.json")]) == 0
+    assert cli(["bench", "report", str(run), "--out", str(tmp_path / "a")]) == 0
+    assert cli(["bench", "report", str(run), "--out", str(tmp_path / "b"), "--calibration", str(tmp_path / "cal.json")]) == 0
     capsys.readouterr()
     shipped, fitted = (json.loads((tmp_path / d / "results.json").read_text()) for d in "ab")
     loaded = ClusterCalibration.load(tmp_path / "cal.json")
     assert fitted[0]["prediction"] == f"calibration {tmp_path / 'cal.json'}" and dataclasses.is_dataclass(loaded)
     assert fitted[0]["predicted_s"] > shipped[0]["predicted_s"] * 1.5  # lower efficiencies: a longer step
-    assert cli(["bench", "--calibration", str(tmp_path / "cal.json")]) == 2
-    assert cli(["bench", "--report", str(run), "--out", str(tmp_path / "c"), "--calibration", str(tmp_path / "x")]) == 2
+    with pytest.raises(SystemExit) as e:
+        cli(["bench", "run", "--calibration", str(tmp_path / "cal.json")])
+    assert e.value.code == 2
+    assert cli(["bench", "report", str(run), "--out", str(tmp_path / "c"), "--calibration", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and "only with --report" in err[0] and "cannot read" in err[1]
+    assert len(err) == 2 and "is a flag of `mbridge-ep-overlap bench report`" in err[0] and "cannot read" in err[1]

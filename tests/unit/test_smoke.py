@@ -21,8 +21,8 @@ import pytest
 from mbridge_ep_overlap.core.dispatcher import IPC_HEALTH_KEY, health
 from mbridge_ep_overlap.target import smoke_verdicts
 from mbridge_ep_overlap.target.cluster import describe
-from mbridge_ep_overlap.tools import launch, smoke
-from mbridge_ep_overlap.tools.smoke import Verdict, classify
+from mbridge_ep_overlap.lab import launch, smoke
+from mbridge_ep_overlap.lab.smoke import Verdict, classify
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = "torchrun/none_k2j4x9/attempt_0"
@@ -30,8 +30,8 @@ STACK = '''Fatal Python error: Segmentation fault
 
 Current thread 0x00007f5638f8eb80 (most recent call first):
   File "/tmp/ep-overlap-site/deep_ep/hybrid_ep_buffer.py", line 94 in __init__
-  File "/tmp/ep-overlap-site/mbridge_ep_overlap/tools/smoke_worker.py", line 206 in run_hybridep
-  File "/tmp/ep-overlap-site/mbridge_ep_overlap/tools/smoke_worker.py", line 311 in main
+  File "/tmp/ep-overlap-site/mbridge_ep_overlap/lab/smoke_worker.py", line 206 in run_hybridep
+  File "/tmp/ep-overlap-site/mbridge_ep_overlap/lab/smoke_worker.py", line 311 in main
   File "<frozen runpy>", line 88 in _run_code
   File "<frozen runpy>", line 198 in _run_module_as_main
 
@@ -43,7 +43,7 @@ BEFORE_INIT = ("info: rank {r} of 2, backend hybridep, pid 91{r}\nstage: import 
                "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED; USE_MNNVL=unset)\nstage: HybridEPBuffer init\n")
 SUMMARY = '''torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
-mbridge_ep_overlap.tools.smoke_worker FAILED
+mbridge_ep_overlap.lab.smoke_worker FAILED
 ------------------------------------------------------------
 Failures:
 [1]:
@@ -222,7 +222,7 @@ def test_cached_verdicts_on_a_cpu_box_is_none():
     assert smoke.cached_verdicts() is None
 
 
-# ---- crash reports of launched runs (tools.launch) -------------------------------------------------------
+# ---- crash reports of launched runs (lab.launch) -------------------------------------------------------
 def test_run_reports_a_signal_as_a_crash_with_faulthandlers_stack(tmp_path):
     rank0 = "stage: x\n" + STACK
     rank1 = "Thread 0x00007f00 (most recent call first):\n  File \"/x/threading.py\", line 359 in wait\n"
@@ -294,7 +294,7 @@ def test_real_torchrun_hang_is_killed_at_the_timeout(tmp_path):
 
 
 def test_the_worker_checks_what_the_routing_implies():
-    from mbridge_ep_overlap.tools import smoke_worker as w
+    from mbridge_ep_overlap.lab import smoke_worker as w
 
     for rank in range(2):
         for t in range(w.TOKENS):
@@ -305,7 +305,7 @@ def test_the_worker_checks_what_the_routing_implies():
     assert max(x.float().max().item() * w.TOPK, 2 * 64) <= 256  # combined values stay exact in bf16
     rows = w.expected_rows(2, range(0, 8))
     assert len(rows) == len(set(rows)) and 0 < len(rows) < 2 * w.TOKENS
-    assert sys.modules["mbridge_ep_overlap.tools.smoke_worker"].BACKENDS == smoke.BACKENDS
+    assert sys.modules["mbridge_ep_overlap.lab.smoke_worker"].BACKENDS == smoke.BACKENDS
 
 
 def test_ranks_terminated_after_an_exception_are_not_a_crash(tmp_path):

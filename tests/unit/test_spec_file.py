@@ -1,4 +1,4 @@
-"""The run description as a file (``tools.spec_file``, ``run_script.py --spec``): written and read
+"""The run description as a file (``runtime.spec_file``, ``run_script.py --spec``): written and read
 back to the same spec, checked as the flags are, every bad file one line of bad usage (exit 2)."""
 
 import json
@@ -8,7 +8,7 @@ import pytest
 from mbridge_ep_overlap.base.errors import UsageError
 from mbridge_ep_overlap.spec import RunSpec, TargetSpec
 from mbridge_ep_overlap.tools.run import main
-from mbridge_ep_overlap.tools.spec_file import SPEC_SCHEMA, read_spec, spec_json, write_spec
+from mbridge_ep_overlap.runtime.spec_file import SPEC_SCHEMA, read_spec, spec_json, write_spec
 
 SPEC = RunSpec(recipe="qwen3_moe_proxy", dispatcher="alltoall", delay_wgrad=False, high_priority_a2a=True,
                resolve="auto", expert_model_parallel_size=2, max_steps=6, force_balance=True,
@@ -25,7 +25,7 @@ def test_a_spec_written_reads_back_as_the_same_spec(tmp_path):
 
 
 def test_a_training_run_probes_its_own_node_whatever_target_the_file_names(tmp_path):
-    from mbridge_ep_overlap.tools.flags import spec_from_args
+    from mbridge_ep_overlap.runtime.flags import spec_from_args
     from mbridge_ep_overlap.tools.run import parse_args
 
     args = parse_args([*write_spec(SPEC, tmp_path / "s.json"), "--output-dir", str(tmp_path)])

@@ -106,8 +106,8 @@ def test_every_run_a_functional_test_uses_is_declared():
 
 
 def test_suite_launches_declared_runs_and_gates_flex_runs_on_the_smoke_verdict(monkeypatch, tmp_path):
-    from mbridge_ep_overlap.tools import launch, smoke
-    from mbridge_ep_overlap.tools.smoke import Verdict
+    from mbridge_ep_overlap.lab import launch, smoke
+    from mbridge_ep_overlap.lab.smoke import Verdict
 
     suite_module = _load("functional_suite")
     launched = []
@@ -198,7 +198,7 @@ def test_library_file_names_the_real_file_of_a_function_loaded_by_bare_name():
 def test_suite_with_ranks_sharing_one_gpu_launches_shared_and_never_flex(monkeypatch, tmp_path):
     """EP_OVERLAP_SHARE_GPU=1: every launch gets share_gpu=True, no smoke check starts, the flex
     runs are not launched and skip saying why, and one GPU counts as enough for the suite."""
-    from mbridge_ep_overlap.tools import launch, smoke
+    from mbridge_ep_overlap.lab import launch, smoke
 
     suite_module = _load("functional_suite")
     launched = []

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mbridge_ep_overlap.tools.trace import analyze, classify, intersection, length, union
+from mbridge_ep_overlap.lab.trace import analyze, classify, intersection, length, union
 
 
 def k(name, ts, dur):
@@ -143,7 +143,7 @@ def test_a_single_iteration_and_an_empty_trace():
 
 
 def test_optimizer_kernels_are_compute():
-    from mbridge_ep_overlap.tools.trace import is_optimizer
+    from mbridge_ep_overlap.lab.trace import is_optimizer
 
     assert classify(ADAM) == "compute" and is_optimizer(ADAM)
     assert not is_optimizer("sm90_xmma_gemm_bf16bf16_bf16f32") and not is_optimizer(A2A)

@@ -1,4 +1,4 @@
-"""``bench --tune`` on CPU: the search over fake torchrun launches (synthetic run summaries), the
+"""``bench tune`` on CPU: the search over fake torchrun launches (synthetic run summaries), the
 files it writes, the NCCL per-process-group YAML against Megatron-Core's own reader, and every
 knob option through run_script's dry run (MB's real finalize)."""
 
@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from mbridge_ep_overlap.base.errors import UsageError
-from mbridge_ep_overlap.tools import bench, tune
-from mbridge_ep_overlap.tools.launch import Run
+from mbridge_ep_overlap.lab import bench, tune
+from mbridge_ep_overlap.lab.launch import Run
 
 OFF_S, OVERLAP_S = 4.5, 3.4
 # effect of each setting on the fake run: (seconds per step, peak factor, loss perturbation)
@@ -145,7 +145,7 @@ def test_files_written_for_the_winner(cluster, tmp_path):
     md = (out / "benchmarks.md").read_text()
     assert "Best share of the possible gain: 72% (overlap+hiprio+nccl.ep.min_ctas=16, throttled" in md
     assert "(winner)" in (out / "tune.md").read_text() and "Knob order: a2a_priority, nccl_ep" in (out / "tune.md").read_text()
-    # bench --report of the tune folder compares the micro-batch-halved row with off too
+    # bench report of the tune folder compares the micro-batch-halved row with off too
     rows = bench.report([out], tmp_path / "rep", "t")
     mbs1 = next(r for r in rows if r.variant.endswith("mbs=1"))
     assert mbs1.speedup == pytest.approx(4.5 / 3.05) and mbs1.parity.startswith("MISMATCH")
@@ -271,7 +271,7 @@ def test_every_knob_option_finalizes_through_mb(tmp_path, capsys):
     """Each alltoall candidate, launched as bench would launch it (the spec file of the long-seq
     shape plus the candidate), is accepted by MB's real finalize in run_script's dry run."""
     from mbridge_ep_overlap.tools.run import main
-    from mbridge_ep_overlap.tools.spec_file import write_spec
+    from mbridge_ep_overlap.runtime.spec_file import write_spec
 
     base = bench.shape_spec("qwen3_moe_proxy", "long-seq", 8, [])
     cand = tune.Candidate()
@@ -343,7 +343,7 @@ BROKEN_TUNED = [  # (tuned.json content - None: no file, a folder: "<folder>" -,
 @pytest.mark.parametrize("content,problem,needle", BROKEN_TUNED, ids=[n[:40] for _, _, n in BROKEN_TUNED])
 def test_a_broken_tuned_file_is_usage_before_anything_is_launched(content, problem, needle, tmp_path, monkeypatch,
                                                                   capsys):
-    """load_tuned names the file and every problem in one line; bench --tuned says it (exit 2) before
+    """load_tuned names the file and every problem in one line; bench run --tuned says it (exit 2) before
     the GPU check, with no job started and no output folder."""
     from mbridge_ep_overlap.tools.cli import main
 
@@ -357,7 +357,7 @@ def test_a_broken_tuned_file_is_usage_before_anything_is_launched(content, probl
     assert str(refused.value).startswith(f"{problem} '{path}'") and needle in str(refused.value)
     monkeypatch.setattr(bench, "launch", must_not_launch)
     monkeypatch.setattr(bench, "cuda_device_count", lambda: 0)  # the file is named, not the missing GPUs
-    code = main(["bench", "--tuned", str(path), "--variants", "off,tuned", "--out", str(tmp_path / "o")])
+    code = main(["bench", "run", "--tuned", str(path), "--variants", "off,tuned", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and problem in err and needle in err, err
     assert not (tmp_path / "o").exists()
@@ -387,7 +387,7 @@ def test_a_tuned_nccl_file_megatron_cannot_use_is_usage(text, needle, tmp_path, 
         tune.load_tuned(tmp_path / "tuned.json")
     assert needle.format(path=nccl) in str(refused.value)
     monkeypatch.setattr(bench, "launch", must_not_launch)
-    code = main(["bench", "--tuned", str(tmp_path / "tuned.json"), "--variants", "off,tuned", "--out",
+    code = main(["bench", "run", "--tuned", str(tmp_path / "tuned.json"), "--variants", "off,tuned", "--out",
                  str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and needle.format(path=nccl) in err, err
@@ -411,11 +411,11 @@ def test_bench_tuned_variant_re_measures_the_winner(cluster, tmp_path):
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["bench", "--tune"], "--budget"),
-    (["bench", "--tune", "--budget", "100", "--links", "infiniband"], "link"),
-    (["bench", "--tune", "--budget", "100", "--mem-tolerance", "2"], "--mem-tolerance"),
-    (["bench", "--tune", "--budget", "100", "--steps", "4"], "--steps"),
-    (["bench", "--tuned", "/nonexistent/tuned.json", "--variants", "off,tuned"], "tuned file"),
+    (["bench", "tune"], "--budget"),
+    (["bench", "tune", "--budget", "100", "--links", "infiniband"], "link"),
+    (["bench", "tune", "--budget", "100", "--mem-tolerance", "2"], "--mem-tolerance"),
+    (["bench", "tune", "--budget", "100", "--steps", "4"], "--steps"),
+    (["bench", "run", "--tuned", "/nonexistent/tuned.json", "--variants", "off,tuned"], "tuned file"),
 ])
 def test_tune_usage_errors(argv, needle, tmp_path, capsys):
     from mbridge_ep_overlap.tools.cli import main
@@ -438,7 +438,7 @@ def test_bench_tune_command_line(cluster, tmp_path, capsys):
     """The one command of docs/benchmarks.md, on fake launches: 8 steps, warmup 3, profile 2 by default."""
     from mbridge_ep_overlap.tools.cli import main
 
-    code = main(["bench", "--tune", "--budget", "100000", "--shape", "long-seq", "--links", "throttled",
+    code = main(["bench", "tune", "--budget", "100000", "--shape", "long-seq", "--links", "throttled",
                  "--out", str(tmp_path / "t")])
     assert code == 0, capsys.readouterr().err
     first = cluster.calls[0]
@@ -461,7 +461,7 @@ def test_a_moved_tuned_folder_still_finds_its_nccl_file(cluster, tmp_path):
 
 
 def test_a_resumed_state_with_a_bad_row_is_measured_afresh(cluster, tmp_path, capsys):
-    """tune.json rows pass the same check as bench --report's (bench.result_from_row): a row with a
+    """tune.json rows pass the same check as bench report's (bench.result_from_row): a row with a
     step time that is no number is not trusted - everything is measured again, and it says why."""
     run_tune(cluster, tmp_path / "t", 10_000)
     state = json.loads((tmp_path / "t" / "tune.json").read_text())
@@ -477,20 +477,20 @@ def test_a_resumed_state_with_a_bad_row_is_measured_afresh(cluster, tmp_path, ca
 
 @pytest.mark.parametrize("gpus", [0, 1])
 def test_tune_without_enough_gpus_launches_nothing(gpus, tmp_path, monkeypatch, capsys):
-    """bench --tune on a machine with fewer CUDA GPUs than --nproc: one line, exit 2, no torchrun job,
+    """bench tune on a machine with fewer CUDA GPUs than --nproc: one line, exit 2, no torchrun job,
     no output folder (it used to run each baseline for seconds and fail in a rank's log)."""
     from mbridge_ep_overlap.tools.cli import main
 
     launched = []
     monkeypatch.setattr(bench, "launch", lambda *a, **k: launched.append(a))
     monkeypatch.setattr(bench, "cuda_device_count", lambda: gpus)
-    code = main(["bench", "--tune", "--budget", "60", "--out", str(tmp_path / "o")])
+    code = main(["bench", "tune", "--budget", "60", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert f"--nproc 2; allowed: at most the {gpus} CUDA GPU(s) this machine has (bench --tune runs" in err
+    assert f"--nproc 2; allowed: at most the {gpus} CUDA GPU(s) this machine has (bench tune runs" in err
     assert launched == [] and not (tmp_path / "o").exists()
     # the request's own checks come first: a bad flag is still reported as such
-    code = main(["bench", "--tune", "--budget", "60", "--steps", "4", "--out", str(tmp_path / "o")])
+    code = main(["bench", "tune", "--budget", "60", "--steps", "4", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2 and "--steps" in err and "GPU" not in err
 
@@ -504,7 +504,7 @@ def test_tune_out_that_cannot_be_a_folder(kind, cluster, tmp_path, capsys):
         out.symlink_to(out)
     else:
         out.write_text("")
-    code = main(["bench", "--tune", "--budget", "60", "--out", str(out)])
+    code = main(["bench", "tune", "--budget", "60", "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "File exists" not in err, err
     why = "is a symbolic-link loop" if kind == "loop" else "exists and is not a folder"
@@ -527,6 +527,6 @@ def test_tune_judges_its_baselines_before_the_first_job(extra, code, needle, h10
     monkeypatch.setattr("mbridge_ep_overlap.target.probe.probe", lambda: dataclasses.replace(h100x2, source="probed"))
     monkeypatch.setattr(bench, "launch", must_not_launch)
     monkeypatch.setattr(bench, "cuda_device_count", lambda: 0)
-    got = main(["bench", "--tune", "--budget", "60", "--out", str(tmp_path / "o"), "--", *extra])
+    got = main(["bench", "tune", "--budget", "60", "--out", str(tmp_path / "o"), "--", *extra])
     err = capsys.readouterr().err
     assert got == code and needle in err and "GPU(s)" not in err and not (tmp_path / "o").exists(), err

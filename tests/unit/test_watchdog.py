@@ -1,4 +1,4 @@
-"""The progress watchdog (tools.watchdog): thresholds from step times, one record per stall, the files."""
+"""The progress watchdog (runtime.watchdog): thresholds from step times, one record per stall, the files."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 import time
 
 from mbridge_ep_overlap.base import run_files
-from mbridge_ep_overlap.tools.watchdog import ProgressWatchdog
+from mbridge_ep_overlap.runtime.watchdog import ProgressWatchdog
 
 
 class Clock:

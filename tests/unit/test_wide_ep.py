@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from mbridge_ep_overlap.tools.launch import launch_command, proxy_args
+from mbridge_ep_overlap.lab.launch import launch_command, proxy_args
 from mbridge_ep_overlap.tools.run import main
 
 

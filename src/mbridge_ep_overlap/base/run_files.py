@@ -2,7 +2,7 @@
 
 Contract
 --------
-Every run this project launches (``scripts/run_script.py`` under torchrun, ``bench``, ``bench --tune``,
+Every run this project launches (``scripts/run_script.py`` under torchrun, ``bench``, ``bench tune``,
 the smoke check, the functional suite, Slurm jobs) writes, under its run folder, an ``evidence/``
 folder laid out as below. The writers (the launch side) and the readers (``diagnose``) both take the
 names from here and nowhere else, so a rename is one edit. Nothing here touches the file system.

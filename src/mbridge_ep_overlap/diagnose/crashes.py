@@ -9,7 +9,7 @@ of the thread that runs training (the process's main thread, listed last by faul
 watchdog thread that wrote the dump. ``rank_crashes(logs)`` lists every rank that died of a signal
 (faulthandler's "Fatal Python error: ..." or torchrun's "exitcode : -11"), the rank that crashed by
 itself first; ``crash_report`` says it in one paragraph. Pure text in, data out: no file access, no
-torch. The launcher (``tools.launch``) and ``diagnose`` both read crashes through this module.
+torch. The launcher (``lab.launch``) and ``diagnose`` both read crashes through this module.
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ def _version(c: NativeCheck, facts: dict[str, dict]) -> str:
     """The run's version of the library: printed by the line itself, else from the facts, else not known."""
     if c.version:
         return f"{c.library} {c.version} (printed with the error)"
-    key = c.library  # the library's name is its key in the facts' ``versions`` (tools.run_evidence.DISTRIBUTIONS)
+    key = c.library  # the library's name is its key in the facts' ``versions`` (runtime.run_evidence.DISTRIBUTIONS)
     seen = sorted({str((f.get("versions") or {}).get(key)) for f in facts.values()
                    if isinstance(f, dict) and (f.get("versions") or {}).get(key)})
     if seen:

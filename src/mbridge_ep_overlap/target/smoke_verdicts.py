@@ -6,7 +6,7 @@ driver and the deep_ep build line (``host_key``; ``cache_path()``: ``$EP_OVERLAP
 else ``$XDG_CACHE_HOME`` or ``~/.cache`` ``/mbridge_ep_overlap/smoke.json``); ``save`` merges
 verdicts into it atomically, ``load`` reads them back, ``cached_verdicts(target)`` returns
 ``{backend: verdict text}`` for this machine or None and never launches anything.
-``tools.smoke`` runs the checks and writes here; ``target.probe`` reads here, so the probe
+``lab.smoke`` runs the checks and writes here; ``target.probe`` reads here, so the probe
 needs nothing above ``target``. torch is imported only when a cache key is computed.
 """
 

@@ -5,19 +5,20 @@ Contract
 * ``doctor``: this machine in a block to paste into an issue, and a verdict per dispatcher
   (``tools.doctor``).
 * ``plan``: build a recipe for a described target and finalize it with MB's real finalize
-  (``tools.plan_command``). Exit 0 accepted, 1 refused (every violation printed).
+  (``tools.plan``). Exit 0 accepted, 1 refused (every violation printed).
 * ``recipes``: the registered recipes.
-* ``bench`` / ``verify-log``: the evidence tools (``tools.bench_command``, ``tools.logs``).
-* ``calibrate``: refit the step-time model's cluster inputs from measured rows (``tools.calibrate_command``).
-* ``diagnose``: the cause of a failed or slow run from what it left behind (``tools.diagnose_command``).
-* ``rule ID`` / ``rule --list``: a rule's reference text, as ``docs/rules.md`` has it (``tools.rule_command``).
+* ``bench run|report|tune``: the measurement lab's command (``lab.bench_command``).
+* ``verify-log``: a verdict on MB training logs (``tools.verify_log``).
+* ``calibrate``: refit the step-time model's cluster inputs from measured rows (``tools.calibrate``).
+* ``diagnose``: the cause of a failed or slow run from what it left behind (``tools.diagnose``).
+* ``rule ID`` / ``rule --list``: a rule's reference text, as ``docs/rules.md`` has it (``tools.rule``).
 ``-v`` (before or after the command; or ``EP_OVERLAP_VERBOSE=1``): the libraries' warnings as they wrote
 them, instead of import noise in one line and the warnings about the config in a section of their own
-(``tools.upstream_warnings``).
+(``runtime.upstream_warnings``).
 Bad input: one line naming the bad value and the allowed ones, exit 2, no traceback.
 
 Start-up: building the parser imports neither torch nor Megatron; a command imports what it needs
-when it runs, so ``--help``, ``verify-log`` and ``bench --report`` start in a fraction of a second.
+when it runs, so ``--help``, ``verify-log`` and ``bench report`` start in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from .exits import OneLineArgumentParser, run_reporting_errors
+from ..runtime.exits import OneLineArgumentParser, run_reporting_errors
 
 
 def _recipes(args: argparse.Namespace) -> int:
@@ -43,7 +44,8 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import bench_command, calibrate_command, diagnose_command, logs, plan_command, rule_command
+    from ..lab import bench_command
+    from . import calibrate, diagnose, plan, rule, verify_log
 
     p = OneLineArgumentParser(prog="mbridge-ep-overlap", description=__doc__.split("\n")[0])
     p.add_argument("-v", "--verbose", action="store_true", dest="verbose_all",
@@ -52,12 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help="print this machine's EP-overlap environment and verdicts").set_defaults(handler=_doctor)
     sub.choices["doctor"].add_argument("--smoke", action="store_true", help="run each dispatcher on 2 GPUs")
     sub.add_parser("recipes", help="list the registered recipes").set_defaults(handler=_recipes)
-    plan_command.add_parser(sub)
+    plan.add_parser(sub)
     bench_command.add_parser(sub)
-    logs.add_parser(sub)
-    diagnose_command.add_parser(sub)
-    calibrate_command.add_parser(sub)
-    rule_command.add_parser(sub)
+    verify_log.add_parser(sub)
+    diagnose.add_parser(sub)
+    calibrate.add_parser(sub)
+    rule.add_parser(sub)
     return p
 
 

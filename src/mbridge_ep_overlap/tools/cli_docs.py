@@ -1,9 +1,9 @@
 """The command-line reference, read from the argument parsers and the environment-variable registry.
 
 Contract: ``cli_page(root)`` is ``docs/cli.md``: the ``--help`` of ``mbridge-ep-overlap`` and of each
-of its subcommands (from ``tools.cli.build_parser``), of each script in ``scripts/*.py`` that runs a
+of its subcommands and theirs (``bench run|report|tune``; from ``tools.cli.build_parser``), of each script in ``scripts/*.py`` that runs a
 ``main`` of this package (found by reading the script: the module it imports ``main`` from, and the
-subcommand it passes, as ``benchmark_ep_overlap.py`` does with ``bench``), then every ``EP_OVERLAP_*``
+subcommand it passes, as ``benchmark_ep_overlap.py`` does with ``bench run``), then every ``EP_OVERLAP_*``
 variable of ``base.env_vars``. Help is formatted at a fixed width so the page does not depend on the
 terminal. Nothing is listed by hand here; building the parsers imports neither torch nor Megatron.
 """
@@ -31,6 +31,8 @@ def cli_page(root: Path) -> str:
     out += _section(f"## {PROGRAM}", parser)
     for name, sub in _subcommands(parser).items():
         out += _section(f"### {PROGRAM} {name}", sub)
+        for inner, leaf in _subcommands(sub).items():
+            out += _section(f"#### {PROGRAM} {name} {inner}", leaf)
     for script, module, argv in scripts(root):
         if module == cli.__name__:
             out += [f"## {script}", "", f"Runs `{PROGRAM} {' '.join(argv)}`: the same flags "
@@ -60,8 +62,9 @@ def scripts(root: Path) -> list[tuple[str, str, list[str]]]:
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(action.choices)
+    """The subcommands of ``parser`` by name (none for a command without subcommands)."""
+    action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    return dict(action.choices) if action is not None else {}
 
 
 def _section(heading: str, parser: argparse.ArgumentParser) -> list[str]:

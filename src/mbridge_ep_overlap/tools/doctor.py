@@ -5,7 +5,7 @@ and where it is imported from, versions (Python, torch, Megatron-Core, Megatron-
 whether it has NVSHMEM kernels), GPUs, NCCL, NVSHMEM, the relevant environment variables, the
 active import shims and the megatron-core dataset-helper gap, then a verdict per dispatcher from the same facts
 the rules read (``core.dispatcher.problems``) plus this node's cached smoke-check verdict
-(``tools.smoke``), and what ``auto`` picks here. ``--smoke`` then runs the smoke check (each
+(``lab.smoke``), and what ``auto`` picks here. ``--smoke`` then runs the smoke check (each
 backend's buffer on two ranks, one dispatch/combine round trip with a result check, in a
 subprocess with a timeout) and prints a verdict line per backend. Exit codes: 0 (``--smoke``: every
 installed backend usable), 1 (``--smoke``: an installed backend failed on the path training takes),
@@ -106,10 +106,10 @@ def doctor_lines() -> list[str]:
 
 
 def _cached_smoke(env) -> dict | None:
-    """This node's cached smoke-check verdicts (``tools.smoke``), None without a GPU or a check."""
+    """This node's cached smoke-check verdicts (``lab.smoke``), None without a GPU or a check."""
     if not env.has_gpu:
         return None
-    from . import smoke
+    from ..lab import smoke
 
     try:
         return smoke.cached_results(env)
@@ -121,8 +121,8 @@ def smoke_lines() -> tuple[list[str], int]:
     """Run the smoke check here: its verdict lines and the exit code (``smoke.exit_code``: 0 every
     installed backend usable, 1 one failed, 2 nothing could run). A machine where it cannot run at
     all is bad usage (``UsageError``, one line) - checked before anything else is printed."""
-    from . import smoke
-    from .exits import release_stderr
+    from ..lab import smoke
+    from ..runtime.exits import release_stderr
 
     _check_smoke_can_run()
     release_stderr()  # the check takes minutes: its output streams
@@ -131,7 +131,7 @@ def smoke_lines() -> tuple[list[str], int]:
 
 
 def _check_smoke_can_run() -> None:
-    from . import smoke
+    from ..lab import smoke
 
     reason = smoke.cannot_run_reason()
     if reason is not None:

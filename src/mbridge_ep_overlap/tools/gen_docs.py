@@ -19,7 +19,7 @@ from typing import Callable
 
 from ..diagnose import docs as troubleshooting
 from .cli_docs import cli_page
-from .exits import OneLineArgumentParser, run_reporting_errors
+from ..runtime.exits import OneLineArgumentParser, run_reporting_errors
 from .layout_docs import layout_page
 from .rule_docs import rules_page
 

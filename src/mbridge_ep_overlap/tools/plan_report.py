@@ -35,7 +35,7 @@ from ..base.errors import EPOverlapError, UpstreamRefusal
 from ..base.values import short
 from ..core.provenance import Source, strongest
 from ..target.simulated_finalize import SUMMARY_FIELDS
-from .exits import ReportedRefusal, stdout_to_stderr
+from ..runtime.exits import ReportedRefusal, stdout_to_stderr
 
 _QUIET = ("pass", "n/a")
 

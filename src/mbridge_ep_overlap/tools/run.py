@@ -4,8 +4,8 @@ Contract
 --------
 ``main(argv)`` maps the flags - ours, or Megatron-Bridge's performance-script spellings of those we
 share (``tools.mb_flags``: same meaning; ``--moe_a2a_overlap false`` really turns overlap off; any
-other flag of theirs refused by name) - onto a ``RunSpec`` (``tools.flags``), or reads the whole
-``RunSpec`` from ``--spec FILE`` (``tools.spec_file``: what ``launch_slurm.py`` and ``bench`` give the
+other flag of theirs refused by name) - onto a ``RunSpec`` (``runtime.flags``), or reads the whole
+``RunSpec`` from ``--spec FILE`` (``runtime.spec_file``: what ``launch_slurm.py`` and ``bench`` give the
 jobs they launch; checked as the flags are, any run-description flag beside it refused; training
 probes this machine as the target, a dry run judges the file's) - and builds it (``pipeline.build``:
 recipe, sizes, EP overlap on or *really* off, overrides, one rule evaluation), then either
@@ -20,7 +20,7 @@ recipe, sizes, EP overlap on or *really* off, overrides, one rule evaluation), t
   ``mbridge_ep_overlap.forward_step`` (MB's GPT step whose overlapped path also passes packed
   sequences), wrapped by ``evidence.ScheduleCounter`` and recorded by ``evidence.RunRecorder``
   (``--summary-json``). faulthandler is on, so a native crash prints every rank's Python stack.
-  Every rank also leaves ``<output-dir>/evidence/`` (``tools.rank_evidence``: flight recorder,
+  Every rank also leaves ``<output-dir>/evidence/`` (``runtime.rank_evidence``: flight recorder,
   faulthandler file, progress watchdog, facts) unless ``--evidence off`` or ``EP_OVERLAP_EVIDENCE=0``.
 
 The output folder is checked before anything is built. Exit codes: 0 ok; 1 refused config (every
@@ -38,8 +38,8 @@ from pathlib import Path
 
 from ..base.choices import ON_OFF
 from ..base.errors import UsageError
-from .exits import OneLineArgumentParser, crash_stream, release_stderr, run_reporting_errors
-from .flags import add_spec_arguments, parse, spec_from_args
+from ..runtime.exits import OneLineArgumentParser, crash_stream, release_stderr, run_reporting_errors
+from ..runtime.flags import add_spec_arguments, parse, spec_from_args
 from .mb_flags import TABLE as MB_TABLE
 from .mb_flags import translate
 from .plan_report import judge
@@ -162,7 +162,7 @@ def train(args: argparse.Namespace) -> int:
 
     shims.install()
     from ..core.forward_step import forward_step
-    from .evidence import ScheduleCounter
+    from ..lab.evidence import ScheduleCounter
 
     counter = ScheduleCounter().install()
     try:
@@ -208,8 +208,8 @@ def _train(args: argparse.Namespace, spec, out: Path, summary: str | None, count
 
     from ..core import enforcement
     from ..pipeline import build
-    from .evidence import RunRecorder
-    from .rank_evidence import evidence_callbacks
+    from ..lab.evidence import RunRecorder
+    from ..runtime.rank_evidence import evidence_callbacks
 
     built = build(spec, forward_step_func=step)
     if built.plan is not None and int(os.environ.get("RANK", "0")) == 0:

@@ -3,7 +3,7 @@
 Contract
 --------
 ``main(argv)`` (``scripts/launch_slurm.py``) maps its flags onto the same ``RunSpec`` as
-``run_script.py`` (``tools.flags``), builds it for ``--nodes x --gpus-per-node`` GPUs of ``--gpu``
+``run_script.py`` (``runtime.flags``), builds it for ``--nodes x --gpus-per-node`` GPUs of ``--gpu``
 (``pipeline.build``: the config the job will build), refuses what ``plan`` refuses - a config the rules
 refuse, or MB's own finalize for that cluster (exit 1, every violation printed) - and renders a job
 script that
@@ -18,7 +18,7 @@ script that
   on``), every ``--env KEY=VALUE`` (exported last, so in force) and the rendezvous variables; the plan
   is judged with the multicast-off and ``--env`` values as the job will have them;
 * runs ``srun`` -> ``torchrun`` (one launcher per node, c10d rendezvous) -> ``scripts/run_script.py
-  --spec <log-dir>/<job>.spec.json``: the run description as data (``tools.spec_file``), read and
+  --spec <log-dir>/<job>.spec.json``: the run description as data (``runtime.spec_file``), read and
   checked by every rank as flags would be; the job's node is the target (probed there).
 
 Beside it, in ``--log-dir``, dry run or not (``JobFiles``): ``<job>.config.yaml`` and
@@ -41,7 +41,7 @@ predicted step time and time for the steps) and it is submitted only on confirma
 
 ``--variants off,overlap,...`` writes one job array instead, task i running variant i
 (``slurm_variants``: every variant judged first, a refused one refuses all; its own files and
-``bench --report`` layout); ``header``, ``export_lines`` and ``launch_line`` are the parts both
+``bench report`` layout); ``header``, ``export_lines`` and ``launch_line`` are the parts both
 scripts share.
 """
 
@@ -56,15 +56,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.errors import UsageError
-from .exits import OneLineArgumentParser, positive_int, run_reporting_errors, stdout_to_stderr
-from .flags import add_spec_arguments, parse, spec_from_args
+from ..runtime.exits import OneLineArgumentParser, positive_int, run_reporting_errors, stdout_to_stderr
+from ..runtime.flags import add_spec_arguments, parse, spec_from_args
 from . import plan_report
-from .launch import MULTICAST_OFF, launch_environment
+from ..lab.launch import MULTICAST_OFF, launch_environment
 from . import slurm_variants
 from .slurm_script import (ENV_COMMENT, RENDEZVOUS, JobFiles, export_lines, header, job_name,  # noqa: F401 - the
                            launch_line, job_prediction, plan_json, render)  # job script's parts, re-exported
 from .slurm_values import format_minutes, job_environment, sbatch_value, time_limit_minutes
-from .spec_file import write_spec
+from ..runtime.spec_file import write_spec
 
 SBATCH_TIMEOUT_S = 60
 """How long sbatch may take to answer (it retries an unreachable controller for about that long)."""
@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="off (default): export the multicast-off variables, winning over the recipe's")
     s.add_argument("--variants", default=None, metavar="LIST",
                    help="A/B on the cluster: one job array, task i runs variant i of this comma list of bench's "
-                        "variants (off, overlap, ...; off is added first when missing); bench --report reads its folder")
+                        "variants (off, overlap, ...; off is added first when missing); bench report reads its folder")
     s.add_argument("--output", default=None, help="where to write the job script (default: <log-dir>/<job>.sbatch)")
     s.add_argument("--dryrun", action="store_true", help="print the job script (and write its files), submit nothing")
     s.add_argument("--yes", action="store_true", help="submit without asking (scripts)")
@@ -202,7 +202,7 @@ def _write(files: JobFiles, args: argparse.Namespace, run: _Side, base: _Side, m
            prediction: dict) -> str:
     """Write the configs, plan, spec files and baseline job; return the job script."""
     from ..core import export
-    from .plan_command import strict_json
+    from .plan import strict_json
 
     files.log_dir.mkdir(parents=True, exist_ok=True)
     export.write_yaml(run.built.cfg, files.config)

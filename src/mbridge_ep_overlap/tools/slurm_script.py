@@ -2,7 +2,7 @@
 header, the exported environment, the rendezvous and the ``srun`` -> ``torchrun`` ->
 ``scripts/run_script.py`` line (``render`` for one job; ``tools.slurm_variants`` for an array), and
 the plan JSON written beside it; the job runs ``run_script.py --spec <job>.spec.json``
-(``tools.spec_file``: the run description as data, never flags to re-parse). Every value reaching the script is quoted or validated
+(``runtime.spec_file``: the run description as data, never flags to re-parse). Every value reaching the script is quoted or validated
 (``tools.slurm_values``); nothing here submits or builds.
 """
 
@@ -41,7 +41,7 @@ class JobFiles:
 
     @property
     def spec(self) -> Path:
-        """The run description the job's ``run_script.py --spec`` reads (``tools.spec_file``)."""
+        """The run description the job's ``run_script.py --spec`` reads (``runtime.spec_file``)."""
         return self.path(".spec.json")
 
     @property

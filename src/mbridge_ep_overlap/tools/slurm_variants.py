@@ -18,15 +18,15 @@ Written into ``--log-dir`` (the run folder, absolute; made here, as for one job)
   and its spec file), prints the variant and its files, and runs ``srun`` ->
   ``torchrun`` -> ``run_script.py --spec "$SPEC_FILE"`` with its rank logs under ``runs/<link>__<variant>/torchrun`` and
   its evidence summary ``runs/<link>__<variant>/summary.json`` - bench's layout (``bench.run_name``,
-  link ``nvlink``: the machine as it is), which ``bench --report`` reads; Slurm's output of task i is
+  link ``nvlink``: the machine as it is), which ``bench report`` reads; Slurm's output of task i is
   ``<job>-<array id>_<i>.out``;
 * per variant ``<job>.<variant>.config.yaml`` (finalized, plain Megatron-Bridge),
   ``<job>.<variant>.plan.json`` (spec, plan, finalized fields, prediction, job size) and
-  ``<job>.<variant>.spec.json``, the run description its task runs (``tools.spec_file``); the baseline of
+  ``<job>.<variant>.spec.json``, the run description its task runs (``runtime.spec_file``); the baseline of
   every variant is the ``off`` task (task 0), whose config is ``<job>.off.config.yaml``; the rollback
   is that task alone, ``sbatch --array=0 <job>.sbatch`` (sbatch's ``--array`` wins over the script's);
 * ``variants.json`` (``results.MANIFEST_SCHEMA``): the job, the cluster (GPU kind, GPUs, GPUs per
-  node) and each task's variant, folder and steady-window start - what ``bench --report`` reads
+  node) and each task's variant, folder and steady-window start - what ``bench report`` reads
   (``results.read_manifest``, ``array_rows``, ``predict_rows``) to name each task's row and to
   predict its step for that cluster.
 
@@ -47,14 +47,14 @@ from ..base.errors import UsageError
 from ..spec import resolve_recipe
 from . import plan_report
 from ..core import export
-from .bench import _VARIANT_SYNTAX, parse_variants, run_name, variant_spec
-from .plan_command import strict_json
-from .exits import ReportedRefusal, stdout_to_stderr
+from ..lab.bench import _VARIANT_SYNTAX, parse_variants, run_name, variant_spec
+from .plan import strict_json
+from ..runtime.exits import ReportedRefusal, stdout_to_stderr
 from .slurm_script import ENV_COMMENT, RENDEZVOUS, JobFiles, export_lines, header, launch_line, job_prediction, plan_json
 from .slurm_values import format_minutes
-from .spec_file import write_spec
+from ..runtime.spec_file import write_spec
 
-from .results import LINK, MANIFEST, MANIFEST_SCHEMA  # noqa: F401 - the run folder's names, owned by its reader
+from ..lab.results import LINK, MANIFEST, MANIFEST_SCHEMA  # noqa: F401 - the run folder's names, owned by its reader
 WARMUP = 3
 """Steps left out of the median as bench's default ``--warmup`` (fewer when the run is shorter)."""
 # the run flags a variant sets, and bench's syntax that does it (bench._VARIANT_SYNTAX)

@@ -55,7 +55,7 @@ def predicted_gain_alltoall(f: Facts) -> bool:
     there (step-time model, docs/prediction.md; the measurements so far, on 2x H200 only, are in
     docs/benchmarks.md).
 
-    Fix: benchmark before keeping it (mbridge-ep-overlap bench), or turn overlap off, or use the
+    Fix: benchmark before keeping it (mbridge-ep-overlap bench run), or turn overlap off, or use the
     faster dispatcher (dispatcher='auto' ranks the installed ones by the prediction).
     """
     return f.dispatcher_name != "alltoall" or _verdict(f) is None
@@ -70,7 +70,7 @@ def predicted_gain_deepep(f: Facts) -> bool:
     docs/benchmarks.md).
 
     Fix: use the faster dispatcher (dispatcher='auto' ranks the installed ones by the prediction),
-    or benchmark it (mbridge-ep-overlap bench --variants off,deepep).
+    or benchmark it (mbridge-ep-overlap bench run --variants off,deepep).
     """
     return f.flex_backend != "deepep" or _verdict(f) is None
 

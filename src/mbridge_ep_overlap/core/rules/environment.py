@@ -59,7 +59,7 @@ def stack_versions_known(f: Facts) -> bool:
     """the target's Transformer Engine or DeepEP is outside the versions these rules were checked
     against: the verdict is the rules' as they stand, and the value found says what it assumes.
 
-    Fix: check the plan against a run on that stack (mbridge-ep-overlap bench), or use TE 2.7 to 2.18
+    Fix: check the plan against a run on that stack (mbridge-ep-overlap bench run), or use TE 2.7 to 2.18
     and DeepEP 1.0 to 1.2.
     """
     return _unknown_versions(f) is None

@@ -54,7 +54,7 @@ def gpu_memory_headroom(f: Facts) -> bool:
     """the config is predicted close to, or within the model's error over, the GPU's memory: little headroom.
 
     Fix: keep the predicted peak below 90% of the GPU's memory (smaller micro batch, recompute, more
-    parallelism), or check the real peak with mbridge-ep-overlap bench before a long run.
+    parallelism), or check the real peak with mbridge-ep-overlap bench run before a long run.
     """
     total = _total(f)
     return total > (1 + MODEL_ERROR) * f.memory.capacity_gib or total <= NEAR * f.memory.capacity_gib

@@ -1,6 +1,6 @@
 """Ranks that share one GPU, each made to look alone on a node of its own: a test-hardware emulation.
 
-Contract: ``python -m torch.distributed.run --nproc_per_node N --module mbridge_ep_overlap.tools.shared_gpu
+Contract: ``python -m torch.distributed.run --nproc_per_node N --module mbridge_ep_overlap.lab.shared_gpu
 SCRIPT ARGS...`` runs ``SCRIPT ARGS...`` as ``__main__`` in every rank after ``rank_environment``:
 ``LOCAL_RANK=0`` and ``LOCAL_WORLD_SIZE=1`` (Megatron-Bridge then puts every rank on GPU 0) and an
 ``NCCL_HOSTID`` of the rank's own, so NCCL sees N hosts of one GPU each - no "Duplicate GPU
@@ -11,7 +11,7 @@ the hardware is emulated.
 
 What it is for: correctness evidence with EP > 1 on a machine with fewer GPUs than ranks - loss
 parity between overlap off and on, that MCore's combined-1F1B schedule ran, delayed wgrad,
-packed sequences - through ``tools.launch.launch(..., share_gpu=True)``, which the functional suite
+packed sequences - through ``lab.launch.launch(..., share_gpu=True)``, which the functional suite
 uses when ``EP_OVERLAP_SHARE_GPU=1`` (``enabled()``). What it is not: timings (the ranks time-slice
 one GPU and the "network" is TCP on loopback; bench never uses it), nor DeepEP / HybridEP, whose
 buffers need one GPU per rank joined by NVLink (the suite does not launch those runs here).
@@ -26,7 +26,7 @@ import sys
 ENV = "EP_OVERLAP_SHARE_GPU"
 """``1``: the functional suite runs its EP > 1 runs with every rank on GPU 0 (this module)."""
 HOSTID_PREFIX = "ep-overlap-shared-gpu-rank"
-NCCL_DEFAULTS = {"NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_DISABLE": "1"}
+_NCCL_DEFAULTS = {"NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_DISABLE": "1"}
 
 
 def enabled(environ: dict | None = None) -> bool:
@@ -49,8 +49,8 @@ def rank_environment(environ: dict) -> dict[str, str]:
     """The variables a torchrun rank gets so that it looks like the only rank of its node."""
     rank = str(environ.get("RANK", "")).strip()
     if not rank.isdigit():
-        raise RuntimeError("mbridge_ep_overlap.tools.shared_gpu runs under torchrun (RANK is not set)")
-    return {**{k: v for k, v in NCCL_DEFAULTS.items() if not environ.get(k)},
+        raise RuntimeError("mbridge_ep_overlap.lab.shared_gpu runs under torchrun (RANK is not set)")
+    return {**{k: v for k, v in _NCCL_DEFAULTS.items() if not environ.get(k)},
             "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "NCCL_HOSTID": f"{HOSTID_PREFIX}{rank}"}
 
 
@@ -61,7 +61,7 @@ def active(environ: dict | None = None) -> bool:
 
 def main(argv: list[str]) -> None:
     if not argv:
-        sys.exit("usage: torchrun ... --module mbridge_ep_overlap.tools.shared_gpu SCRIPT [ARGS...]")
+        sys.exit("usage: torchrun ... --module mbridge_ep_overlap.lab.shared_gpu SCRIPT [ARGS...]")
     os.environ.update(rank_environment(os.environ))
     script = os.path.abspath(argv[0])
     sys.argv = [script, *argv[1:]]

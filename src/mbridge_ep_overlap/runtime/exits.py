@@ -10,7 +10,7 @@ stderr and stdout while a command prepares (importing Megatron alone prints ~25 
 machine without TE/APEX/CUDA, and ``megatron.training`` routes the root logger to stdout at INFO):
 on bad usage only the one line is printed, stdout stays empty; on any other outcome the held text
 is written out, each to its own stream, except the libraries' warnings: those are collected
-meanwhile (``tools.upstream_warnings``) and written after it - import noise in one line with its
+meanwhile (``runtime.upstream_warnings``) and written after it - import noise in one line with its
 count, warnings about the run de-duplicated in a section of their own. ``release_stderr()`` ends the hold early, before
 work whose output must stream (training, launches, the smoke check). Nothing is held in a torchrun
 rank (its stderr is its log) or with ``EP_OVERLAP_VERBOSE=1``; faulthandler keeps writing to the
@@ -37,7 +37,19 @@ class ReportedRefusal(Exception):
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
-    """argparse that reports bad usage as one line on stderr and exits 2 (no usage dump)."""
+    """argparse that reports bad usage as one line on stderr and exits 2 (no usage dump).
+
+    ``moved``: for a command whose spelling changed, the line naming the new spelling when the
+    arguments use the old one (then bad usage, exit 2: an old spelling is never silently taken)."""
+
+    moved: Callable[[list[str]], str | None] | None = None
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self.moved is not None and args is not None:
+            line = self.moved(list(args))
+            if line:
+                self.error(line)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> None:
         print(f"{self.prog}: error: {' '.join(message.split())}", file=sys.stderr)

@@ -3,10 +3,10 @@
 Contract
 --------
 ``RunEvidence.start(run_dir, cfg)`` - called by ``tools.run`` in every rank before ``pretrain()``, so
-``scripts/run_script.py`` under torchrun, ``bench``, ``bench --tune``, the functional suite and Slurm
+``scripts/run_script.py`` under torchrun, ``bench``, ``bench tune``, the functional suite and Slurm
 jobs all get it - sets the flight-recorder variables in this process (``run_evidence``), sends
 faulthandler to the rank's evidence file and stderr, writes the facts, and starts the progress
-watchdog (``tools.watchdog``) unless its settings turn it off. ``RunEvidence.callback()`` is an MB
+watchdog (``runtime.watchdog``) unless its settings turn it off. ``RunEvidence.callback()`` is an MB
 ``Callback``: at ``on_train_start`` it writes the facts again (MB has applied ``cfg.env_vars`` and
 the process group exists, so microbatches per step are known) and restarts the watchdog's clock; at
 each ``on_train_step_end`` it tells the watchdog the iteration completed (one clock read). Stall

@@ -3,7 +3,7 @@
 Contract: ``add_spec_arguments(parser)`` adds the run-description flags (recipe, overlap,
 dispatcher, delayed wgrad, all-to-all priority, resolve, parallel and batch sizes, target,
 overrides) to any parser - with ``spec_file=True`` also ``--spec FILE``, the whole description read
-from a file (``tools.spec_file``: what a launched job is given); ``parse(parser, argv)`` parses them
+from a file (``runtime.spec_file``: what a launched job is given); ``parse(parser, argv)`` parses them
 (trailing ``key=value`` tokens are overrides, an unknown ``--flag`` is an error; ``--spec`` with any
 run-description flag is an error naming the flag: the file describes the whole run, nothing is
 merged); ``spec_from_args(ns)`` maps the result onto a ``RunSpec`` (an unknown recipe name refused

@@ -3,7 +3,7 @@
 Contract
 --------
 What every launched rank writes into ``<run_dir>/evidence/`` (layout and names: ``base.run_files``;
-wired into training by ``tools.rank_evidence``):
+wired into training by ``runtime.rank_evidence``):
 
 * the **flight recorder**: ``flight_recorder_environment`` gives PyTorch's variables to set in the
   rank before its process group exists - the names chosen for the installed torch in one place
@@ -48,12 +48,12 @@ WATCHDOG_FIRST_ENV = "EP_OVERLAP_WATCHDOG_FIRST_S"
 """Seconds allowed before the first iteration completes (default ``watchdog.FIRST_S``)."""
 FR_BUFFER_ENTRIES = "2000"
 """Flight-recorder ring size: a few hundred all-to-alls per step on the proxy, more than enough."""
-NEW_FR_NAMES_FROM = (2, 10)
+_NEW_FR_NAMES_FROM = (2, 10)
 """torch from which the flight recorder reads ``TORCH_FR_*`` (torch 2.11 warns that the
 ``TORCH_NCCL_*`` names are deprecated; older releases know only those)."""
 NEW_FR_NAMES = ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE")
 OLD_FR_NAMES = ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
-DUMP_ON_TIMEOUT = "TORCH_NCCL_DUMP_ON_TIMEOUT"
+_DUMP_ON_TIMEOUT = "TORCH_NCCL_DUMP_ON_TIMEOUT"
 # Distribution names to try, per version the facts report.
 DISTRIBUTIONS = {
     "torch": ("torch",), "megatron-core": ("megatron-core", "megatron_core"),
@@ -78,7 +78,7 @@ def _version_tuple(version: str) -> tuple[int, int]:
 
 def flight_recorder_names(torch_version: str) -> tuple[str, str]:
     """(buffer-size variable, dump-file-prefix variable) the installed torch reads."""
-    return NEW_FR_NAMES if _version_tuple(torch_version) >= NEW_FR_NAMES_FROM else OLD_FR_NAMES
+    return NEW_FR_NAMES if _version_tuple(torch_version) >= _NEW_FR_NAMES_FROM else OLD_FR_NAMES
 
 
 def flight_recorder_environment(run_dir, torch_version: str, environ=None) -> dict[str, str]:
@@ -88,7 +88,7 @@ def flight_recorder_environment(run_dir, torch_version: str, environ=None) -> di
     buffer_name, file_name = flight_recorder_names(torch_version)
     wanted = {(NEW_FR_NAMES[0], OLD_FR_NAMES[0]): (buffer_name, FR_BUFFER_ENTRIES),
               (NEW_FR_NAMES[1], OLD_FR_NAMES[1]): (file_name, str(run_files.flight_recorder_prefix(run_dir))),
-              (DUMP_ON_TIMEOUT,): (DUMP_ON_TIMEOUT, "1")}
+              (_DUMP_ON_TIMEOUT,): (_DUMP_ON_TIMEOUT, "1")}
     return {name: value for names, (name, value) in wanted.items() if not any(environ.get(n) for n in names)}
 
 
@@ -110,7 +110,7 @@ def install_flight_recorder(run_dir, torch_version: str, environ=None) -> str:
     return prefix
 
 
-def on_demand_dumps() -> list:
+def _on_demand_dumps() -> list:
     """torch's on-demand flight-recorder dumps, in order of preference: ``_dump_nccl_trace`` (the
     recorder of NCCL process groups, in CUDA builds), ``_dump_fr_trace`` (the recorder of the other
     backends, gloo); those this torch has."""
@@ -132,8 +132,8 @@ def _has_entries(data: bytes) -> bool:
 
 def dump_flight_recorder(prefix: str, rank: int, dumps: list | None = None) -> str:
     """Write torch's flight-recorder entries (pickled, torch's format) to ``<prefix><rank>``, from the
-    first recorder of ``dumps`` (default ``on_demand_dumps()``) that holds any; returns that path or why not."""
-    dumps = on_demand_dumps() if dumps is None else dumps
+    first recorder of ``dumps`` (default ``_on_demand_dumps()``) that holds any; returns that path or why not."""
+    dumps = _on_demand_dumps() if dumps is None else dumps
     if not dumps:
         return "unavailable: this torch has no on-demand flight-recorder dump"
     data = b""
@@ -175,7 +175,7 @@ def _distribution_version(names: tuple[str, ...]) -> str:
     return NOT_INSTALLED
 
 
-def nccl_version() -> str:
+def _nccl_version() -> str:
     try:
         import torch
 
@@ -187,7 +187,7 @@ def nccl_version() -> str:
 
 
 def versions() -> dict[str, str]:
-    return {**{key: _distribution_version(names) for key, names in DISTRIBUTIONS.items()}, "nccl": nccl_version()}
+    return {**{key: _distribution_version(names) for key, names in DISTRIBUTIONS.items()}, "nccl": _nccl_version()}
 
 
 def facts(cfg, environ=None, microbatches: int | None = None, versions_found: dict | None = None) -> dict:

@@ -1,14 +1,15 @@
 """The rows of a bench ``results.json``: ``VariantResult`` and the checked way back from JSON.
 
 Contract: ``load_results(path)`` returns the ``VariantResult`` rows of a ``results.json`` written by
-``bench`` (or ``bench --tune``), every field checked for what the report reads (``ROW_FIELDS``:
+``bench`` (or ``bench tune``), every field checked for what the report reads (``ROW_FIELDS``:
 types; finite numbers where the report computes; the profile numbers ``trace.analyze`` wrote) - or
 raises one ``UsageError`` naming the file, the row and the field. ``result_from_row`` checks one row
 (``RowError``). A ``launch_slurm.py --variants`` run folder is read back here too: ``read_manifest``
 (its ``variants.json``, checked; None for a plain bench folder), ``array_rows`` (one row per task
 from its ``summary.json``; a task that left none is a failed row) and ``predict_rows`` (each row's
 step as the step-time model predicts it for that cluster, with a calibration when given:
-``predicted_s``, ``prediction``; ``prediction_lines`` is its table). Nothing here imports torch or
+``predicted_s``, ``prediction``; ``prediction_lines`` is its table); ``load_calibration`` reads the
+calibration file ``calibrate`` wrote (bad usage when it is not one). Nothing here imports torch or
 Megatron.
 """
 
@@ -67,7 +68,7 @@ class VariantResult:
     compute_vs_off_s: float | None = None
     """Compute time per step added against off (kernel union; SM / memory contention)."""
     disqualified: str = ""
-    """Set by ``bench --tune``: why the row may not win (its losses or its peak memory)."""
+    """Set by ``bench tune``: why the row may not win (its losses or its peak memory)."""
     predicted_s: float | None = None
     """The step-time model's step for this row's config on the cluster it ran on (a Slurm variant array)."""
     prediction: str = ""
@@ -181,9 +182,9 @@ ROW_FIELDS: dict[str, tuple] = {
 }
 # The profile numbers the report computes with (trace.analyze's OverlapEfficiency); the three read
 # for the table when an all-to-all kernel was recognized (a2a_s > 0) must be there.
-EFFICIENCY_NUMBERS = ("iterations", "a2a_s", "comm_s", "compute_s", "hidden_s", "exposed_s", "hidden_fraction",
+_EFFICIENCY_NUMBERS = ("iterations", "a2a_s", "comm_s", "compute_s", "hidden_s", "exposed_s", "hidden_fraction",
                       "ideal_step_s", "measured_step_s", "idle_step_s", "busy_s")
-EFFICIENCY_NEEDED_WITH_A2A = ("hidden_fraction", "exposed_s", "ideal_step_s")
+_EFFICIENCY_NEEDED_WITH_A2A = ("hidden_fraction", "exposed_s", "ideal_step_s")
 
 
 class RowError(ValueError):
@@ -221,15 +222,15 @@ def result_from_row(d) -> VariantResult:
         if not check(value):
             raise RowError(name, value, required)
     e = d.get("overlap_efficiency") or {}
-    for name in EFFICIENCY_NUMBERS:
+    for name in _EFFICIENCY_NUMBERS:
         value = e.get(name)
-        needed = name in EFFICIENCY_NEEDED_WITH_A2A and e.get("a2a_s")
+        needed = name in _EFFICIENCY_NEEDED_WITH_A2A and e.get("a2a_s")
         if (value is None and needed) or (value is not None and not _finite(value)) or (
                 name == "iterations" and value is not None and value <= 0):
             required = "a finite number > 0" if name == "iterations" else "a finite number"
             raise RowError(f"overlap_efficiency.{name}", value,
                            required + ("" if needed else ", or null") + (" (a2a_s > 0)" if needed else ""))
-    phases = e.get("phases")  # the numbers bench --tune orders its knobs by (tune.evidence)
+    phases = e.get("phases")  # the numbers bench tune orders its knobs by (tune.evidence)
     if phases is not None and not isinstance(phases, dict):
         raise RowError("overlap_efficiency.phases", phases, "a mapping (trace.analyze's phases), or null")
     for name in ("first_forward_s", "last_backward_s", "outside_step_s", "inside", "outside"):
@@ -269,12 +270,12 @@ def load_results(path: Path) -> list[VariantResult]:
         where, value, required = bad[0]
         raise UsageError(f"bench results file {str(path)!r}, {where}", value, required, "invalid")
     if bad:  # every bad row named, in one line
-        raise UsageError(f"bench results file {str(path)!r}: {len(bad)} bad rows:", BadRows(bad),
-                         "the fields bench writes (tools/results.py ROW_FIELDS)", "invalid")
+        raise UsageError(f"bench results file {str(path)!r}: {len(bad)} bad rows:", _BadRows(bad),
+                         "the fields bench writes (lab/results.py ROW_FIELDS)", "invalid")
     return rows
 
 
-class BadRows:
+class _BadRows:
     """The bad rows of a results file, each with its first bad field and what it needs, for one line."""
 
     def __init__(self, rows: list[tuple[str, "Shown", str]]) -> None:
@@ -294,7 +295,7 @@ class Shown:
         return short_value(self.value)
 
 
-# ---- a launch_slurm.py --variants run folder (bench --report) -----------------------------------------------
+# ---- a launch_slurm.py --variants run folder (bench report) -----------------------------------------------
 def read_manifest(folder: Path) -> dict | None:
     """The folder's ``variants.json``, checked; None when the folder has none (a plain bench folder)."""
     path = Path(folder) / MANIFEST
@@ -358,3 +359,13 @@ def predict_rows(rows: list, m: dict, calibration=None, source: str = "shipped c
             r.predicted_s, r.prediction = predicted_step(row, cluster, calibration), source
         except (ValueError, KeyError, TypeError, ArithmeticError) as e:
             r.predicted_s, r.prediction = None, f"not made ({str(e).splitlines()[0][:160] if str(e) else type(e).__name__})"
+
+
+def load_calibration(path: str, flag: str = "--calibration"):
+    """The ``ClusterCalibration`` in ``path``; a file ``calibrate`` did not write is bad usage (one line)."""
+    from ..predict.cluster_calibration import ClusterCalibration  # start-up: the model only when used
+
+    try:
+        return ClusterCalibration.load(path)
+    except ValueError as e:
+        raise UsageError(flag, path, f"a file written by `mbridge-ep-overlap calibrate` ({e})", "invalid") from None

@@ -29,7 +29,7 @@ Where the step went (every value per iteration, seconds):
   least ``_MIN_PAIR_US``). Outside the span lie the first forward (nothing to pair it with yet), the
   last backward, the DP gradient reduction and the optimizer step. These are found from kernel
   timestamps alone: iterations are told apart by the optimizer's kernels (multi-tensor / Adam
-  kernels, ``OPTIMIZER``) when they are recognized, else by the largest gaps between overlapped
+  kernels, ``_OPTIMIZER``) when they are recognized, else by the largest gaps between overlapped
   pairs; ``first_forward_s`` / ``last_backward_s`` / ``optimizer_s`` are ``None`` (with a note)
   when no optimizer kernel was recognized, since the boundary inside the gap is then unknown.
   ``phases`` is ``None`` when nothing was overlapped (overlap off, or no all-to-all recognized).
@@ -59,7 +59,7 @@ _FLEX_A2A = re.compile(
 )
 # The optimizer step's kernels (still compute): torch's foreach / fused Adam(W), apex / TE
 # multi-tensor kernels (grad-norm, clipping, Adam). They mark the step boundary.
-OPTIMIZER = re.compile(r"multi_tensor_apply|adam|multi_tensor_l2norm|multi_tensor_scale", re.IGNORECASE)
+_OPTIMIZER = re.compile(r"multi_tensor_apply|adam|multi_tensor_l2norm|multi_tensor_scale", re.IGNORECASE)
 _MIN_PAIR_US = 20.0
 """An overlapped pair: all-to-all beside compute for at least this long (shorter coincidences of a
 small kernel with an all-to-all are not the schedule's pairing)."""
@@ -77,7 +77,7 @@ def classify(kernel_name: str) -> str:
 
 
 def is_optimizer(kernel_name: str) -> bool:
-    return classify(kernel_name) == "compute" and OPTIMIZER.search(kernel_name) is not None
+    return classify(kernel_name) == "compute" and _OPTIMIZER.search(kernel_name) is not None
 
 
 def union(intervals: Iterable[Interval]) -> list[Interval]:
@@ -263,7 +263,7 @@ def analyze(kernels: Iterable[dict], iterations: int, measured_window_s: float) 
         interval = (float(k["ts"]), float(k["ts"]) + float(k["dur"]))
         kind = classify(k["name"])
         by_class[kind].append(interval)
-        if kind == "compute" and OPTIMIZER.search(k["name"]):
+        if kind == "compute" and _OPTIMIZER.search(k["name"]):
             optimizer_raw.append(interval)
     a2a, comm, compute = (union(by_class[c]) for c in ("a2a", "comm", "compute"))
     hidden = length(intersection(a2a, compute))

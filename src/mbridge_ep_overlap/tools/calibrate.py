@@ -1,6 +1,6 @@
 """``mbridge-ep-overlap calibrate RESULTS... -o FILE``: refit the step-time model's cluster inputs.
 
-Contract: reads bench ``results.json`` files (``tools.results.load_results``: every row checked) measured
+Contract: reads bench ``results.json`` files (``lab.results.load_results``: every row checked) measured
 on the cluster described by ``--gpu`` / ``--num-gpus`` (and ``--gpus-per-node`` / ``--nvlink-domain-size``
 when they differ from the GPU kind's), fits the compute efficiencies, the all-to-all bandwidth inside
 the NVLink domain and - when rows of multi-node runs (EP spanning NVLink domains) are among them - the
@@ -20,10 +20,11 @@ import sys
 from pathlib import Path
 
 from ..base.errors import UsageError
-from .exits import positive_int
+from ..runtime.exits import positive_int
+from ..lab.results import load_calibration, load_results
 from .plan_report import judge
 
-USED_VARIANTS = ("off", "overlap")
+_USED_VARIANTS = ("off", "overlap")
 
 
 def add_parser(sub) -> None:
@@ -40,13 +41,12 @@ def add_parser(sub) -> None:
 def measured_rows(paths: list[str]):
     """The usable rows of the results files as ``MeasuredRow``s (ids ``<file>#<row>``, 1-based)."""
     from ..predict.cluster_calibration import MeasuredRow  # start-up: the model only when used
-    from .results import load_results
 
     rows = []
     for path in paths:
         for i, r in enumerate(load_results(Path(path)), 1):
             rid = f"{path}#{i}"
-            if not r.ok or r.median_s is None or r.variant not in USED_VARIANTS or r.link != "nvlink":
+            if not r.ok or r.median_s is None or r.variant not in _USED_VARIANTS or r.link != "nvlink":
                 print(f"calibrate: not used: {rid} ({r.variant}, link {r.link}, {'ok' if r.ok else 'failed'})",
                       file=sys.stderr)
                 continue
@@ -83,16 +83,6 @@ def main(args: argparse.Namespace) -> int:
     print("\n".join(lines))
     print(f"use it: mbridge-ep-overlap plan ... --predict --calibration {args.output}")
     return 0
-
-
-def load_calibration(path: str, flag: str = "--calibration"):
-    """The ``ClusterCalibration`` in ``path``; a file ``calibrate`` did not write is bad usage (one line)."""
-    from ..predict.cluster_calibration import ClusterCalibration  # start-up: the model only when used
-
-    try:
-        return ClusterCalibration.load(path)
-    except ValueError as e:
-        raise UsageError(flag, path, f"a file written by `mbridge-ep-overlap calibrate` ({e})", "invalid") from None
 
 
 def judged_with(path: str, spec, *, predict: bool | None, all_rules: bool):

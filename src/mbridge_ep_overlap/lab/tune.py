@@ -1,4 +1,4 @@
-"""``mbridge-ep-overlap bench --tune``: search the EP-overlap knobs for one recipe, shape and link.
+"""``mbridge-ep-overlap bench tune``: search the EP-overlap knobs for one recipe, shape and link.
 
 Contract
 --------
@@ -30,15 +30,15 @@ first/last microbatch, idle), the memory knob last.
 Outputs in ``out``: ``tune.json`` (the state: every measured candidate; a rerun with the same
 request on the same host resumes from it and measures only what is missing; one whose rows fail
 ``results.result_from_row`` is set aside and measured afresh, saying so), ``results.json`` /
-``benchmarks.md`` / ``benchmarks.png`` (the bench outputs; ``bench --report`` reads them),
+``benchmarks.md`` / ``benchmarks.png`` (the bench outputs; ``bench report`` reads them),
 ``tune.md`` (evidence, order, ranking, winner), and the winner: ``tuned.json`` (``{"overrides":
 [...], "env": {...}, "measured": {...}, ...}``), ``tuned.overrides`` (one ``key=value`` per line:
 trailing ``run_script.py`` arguments or ``plan --set``) and, when the winner sets NCCL options,
 ``nccl_communicator.yaml`` (empty ``tuned.overrides`` and ``"ep_overlap": false`` when overlap off
 was not slower than any candidate). ``load_tuned(path)`` reads a ``tuned.json`` back, refusing as bad
 usage (one line naming the file and every problem) a missing, unreadable or broken file, one whose
-fields have the wrong types (``tuned_problems``: overrides ``key=value`` strings, ``env`` variable
-names to strings or integers) and an NCCL file Megatron-Core could not use (``check_nccl_file``).
+fields have the wrong types (``_tuned_problems``: overrides ``key=value`` strings, ``env`` variable
+names to strings or integers) and an NCCL file Megatron-Core could not use (``_check_nccl_file``).
 ``apply_tuned(cfg, path)`` applies it to a recipe's config (after ``enable_ep_overlap``); ``bench
 --tuned PATH`` re-measures it as the variant ``tuned``, its settings judged by the pipeline first.
 
@@ -61,7 +61,7 @@ from ..base.choices import DEEP_EP_BACKENDS, MEASURED_DISPATCHERS
 from ..base.errors import UsageError
 from ..base.sizes import INT64_MAX
 from . import bench, results
-from .exits import release_stderr
+from ..runtime.exits import release_stderr
 from .bench import Variant
 from .results import Shown, VariantResult, short_value
 from .numerics import compare_losses
@@ -80,14 +80,14 @@ NCCL_PG_NAMES = (
     "expt_gtp_remat", "dp", "dp_cp", "intra_dp_cp", "cp", "hcp", "mp", "tp", "pp", "embd", "pos_embd",
     "tp_dp", "tp_dp_cp", "tp_cp", "gtp_remat", "gtp_remat_dp", "gtp_remat_dp_cp", "intra_dist_opt_instance",
 )
-NCCL_OPTIONS = {"max_ctas": int, "min_ctas": int, "cga_cluster_size": int, "net_name": str,
+_NCCL_OPTIONS = {"max_ctas": int, "min_ctas": int, "cga_cluster_size": int, "net_name": str,
                 "is_high_priority_stream": bool}
 _NCCL_CONFIG_OVERRIDE = "dist.nccl_communicator_config_path"
 # RunSpec fields a knob may change, as the override a recipe applies (tuned.overrides)
 _SPEC_AS_OVERRIDE = {"micro_batch_size": "train.micro_batch_size", "global_batch_size": "train.global_batch_size"}
 
 
-def check_nccl_config(cfg: dict) -> dict[str, dict[str, Any]]:
+def _check_nccl_config(cfg: dict) -> dict[str, dict[str, Any]]:
     """``{pg_name: {option: value}}`` validated against what Megatron-Core 0.19.2 reads."""
     if not isinstance(cfg, dict):
         raise UsageError("NCCL communicator config", cfg, "a mapping of process-group name -> options", "invalid")
@@ -96,11 +96,11 @@ def check_nccl_config(cfg: dict) -> dict[str, dict[str, Any]]:
         if pg not in NCCL_PG_NAMES:
             raise UsageError("NCCL process-group name", pg, list(NCCL_PG_NAMES))
         if not isinstance(opts, dict) or not opts:
-            raise UsageError(f"NCCL options of {pg}", opts, f"a non-empty mapping of {sorted(NCCL_OPTIONS)}", "invalid")
+            raise UsageError(f"NCCL options of {pg}", opts, f"a non-empty mapping of {sorted(_NCCL_OPTIONS)}", "invalid")
         for name, value in opts.items():
-            kind = NCCL_OPTIONS.get(name)
+            kind = _NCCL_OPTIONS.get(name)
             if kind is None:
-                raise UsageError(f"NCCL option of {pg}", name, sorted(NCCL_OPTIONS))
+                raise UsageError(f"NCCL option of {pg}", name, sorted(_NCCL_OPTIONS))
             if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise UsageError(f"{pg}.{name}", value, "an integer >= 0", "invalid")
             if kind is bool and not isinstance(value, bool):
@@ -119,12 +119,12 @@ def check_nccl_config(cfg: dict) -> dict[str, dict[str, Any]]:
 
 def nccl_yaml(cfg: dict) -> str:
     """The YAML file ``dist.nccl_communicator_config_path`` points at (format of MCore 0.19.2)."""
-    cfg = check_nccl_config(cfg)
+    cfg = _check_nccl_config(cfg)
 
     def scalar(v: Any) -> str:
         return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
-    lines = ["# NCCL communicator options per Megatron-Core process group (mbridge-ep-overlap bench --tune).",
+    lines = ["# NCCL communicator options per Megatron-Core process group (mbridge-ep-overlap bench tune).",
              "# Read by megatron.core.parallel_state.initialize_model_parallel via get_nccl_options(pg_name);",
              "# set cfg.dist.nccl_communicator_config_path to this file."]
     for pg in sorted(cfg):
@@ -149,7 +149,7 @@ class Change:
 
     def __post_init__(self) -> None:
         if self.nccl:
-            check_nccl_config(self.nccl)
+            _check_nccl_config(self.nccl)
         if not re.fullmatch(r"[A-Za-z0-9_.=-]+", self.label):
             raise UsageError("knob option label", self.label, "letters, digits, _ . = -", "invalid")
 
@@ -399,7 +399,7 @@ def _load_state(out: Path, request: dict) -> tuple[dict[str, VariantResult], str
         cache = {}
         for t in state.get("trials", []):
             fields = {f.name for f in dataclasses.fields(VariantResult)}
-            # each row checked as bench --report checks results.json (results.RowError otherwise)
+            # each row checked as bench report checks results.json (results.RowError otherwise)
             cache[t["name"]] = results.result_from_row({k: v for k, v in dict(t["result"]).items() if k in fields})
         return cache, f"{path}: resuming, {len(cache)} runs already measured"
     except results.RowError as e:
@@ -469,7 +469,7 @@ def tune(recipe: str, nproc: int, shape: str, link: str, out: Path, budget_s: fl
     base = bench.shape_spec(recipe, shape, steps, extra)
     baselines = {"off": Variant({"ep_overlap": False}), "overlap": Candidate().variant(dispatcher, out / "nccl")}
     bench.check_jobs(base, baselines, [link], nproc)  # bad usage (2) or refused (1) before the first job starts
-    bench.require_gpus(nproc, "bench --tune")  # after the request's own checks, before any job or file
+    bench.require_gpus(nproc, "bench tune")  # after the request's own checks, before any job or file
     bench.output_folder(out)
     release_stderr()  # jobs start: what the libraries printed so far is shown, nothing more is held
     t0 = clock()
@@ -569,9 +569,9 @@ def _finish(out: Path, link: str, request: dict, trials: list[Trial], winner: Tr
     bench.compare_to_baseline(rows)
     tuned = None
     if winner is not None:
-        tuned = write_tuned(out, request, trials, winner, best, dispatcher)
+        tuned = _write_tuned(out, request, trials, winner, best, dispatcher)
     text = ranking(trials, winner)
-    doc = [f"# bench --tune: {request['recipe']}, shape {request['shape']}, link {link}, {request['nproc']} GPUs",
+    doc = [f"# bench tune: {request['recipe']}, shape {request['shape']}, link {link}, {request['nproc']} GPUs",
            "", f"Host {request['host']}; {len(trials)} runs ({sum(1 for t in trials if not t.cached)} in this "
            f"invocation, {clock() - t0:.0f} s). Steps {request['steps']}, warmup {request['warmup']}, "
            f"profile {request['profile']}.", ""]
@@ -586,7 +586,7 @@ def _finish(out: Path, link: str, request: dict, trials: list[Trial], winner: Tr
     if tuned:
         doc += ["Winner: " + tuned["advice"], "", "Apply: `tuned.overrides` (trailing run_script.py arguments or "
                 "`plan --set`), `tuned.json` (`tune.apply_tuned(cfg, path)`); re-measure: "
-                "`bench --tuned tuned.json --variants off,overlap:hiprio,tuned`.", ""]
+                "`bench run --tuned tuned.json --variants off,overlap:hiprio,tuned`.", ""]
     doc.append(bench.summary_line(rows))
     (out / "tune.md").write_text("\n".join(doc) + "\n")
     bench.write_outputs(rows, out, f"{request['recipe']}, {request['nproc']} GPUs, shape {request['shape']}, tune")
@@ -625,7 +625,7 @@ def ranking(trials: list[Trial], winner: Trial | None) -> str:
     return "\n".join(lines)
 
 
-def write_tuned(out: Path, request: dict, trials: list[Trial], winner: Trial, best: Candidate | None,
+def _write_tuned(out: Path, request: dict, trials: list[Trial], winner: Trial, best: Candidate | None,
                 dispatcher: str) -> dict:
     """tuned.json, tuned.overrides and (NCCL options) nccl_communicator.yaml for the winner."""
     off = next(t for t in trials if t.name == "off")
@@ -708,8 +708,8 @@ def tune_links(recipe: str, nproc: int, shape: str, links: list[str], out: Path,
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def tuned_problems(t: Any) -> list[str]:
-    """Every way ``t`` (a parsed tuned.json) differs from what ``bench --tune`` writes, as the
+def _tuned_problems(t: Any) -> list[str]:
+    """Every way ``t`` (a parsed tuned.json) differs from what ``bench tune`` writes, as the
     launchers need it: ``ep_overlap`` a boolean, ``overrides`` a list of ``key=value`` strings,
     ``env`` a mapping of variable names to strings or integers (what a process environment can
     hold). What the values mean is judged by the pipeline (``bench.check_jobs``, ``apply_tuned``)."""
@@ -738,18 +738,18 @@ def tuned_problems(t: Any) -> list[str]:
 
 
 def load_tuned(path: Path) -> dict:
-    """A ``tuned.json`` written by ``bench --tune`` (UsageError naming the file and every problem
+    """A ``tuned.json`` written by ``bench tune`` (UsageError naming the file and every problem
     otherwise), its ``env`` values as strings; the NCCL file its overrides name is checked as
-    Megatron-Core will read it (``check_nccl_file``)."""
+    Megatron-Core will read it (``_check_nccl_file``)."""
     try:
         t = json.loads(Path(path).read_text())
     except (OSError, ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         detail = (str(e).splitlines() or [""])[0]
-        raise UsageError("tuned file", str(path), f"a tuned.json written by bench --tune ({type(e).__name__}"
+        raise UsageError("tuned file", str(path), f"a tuned.json written by bench tune ({type(e).__name__}"
                          + (f": {detail})" if detail else ")"), "unreadable") from None
-    problems = tuned_problems(t)
+    problems = _tuned_problems(t)
     if problems:
-        raise UsageError("tuned file", str(path), f"a tuned.json written by bench --tune ({'; '.join(problems)})",
+        raise UsageError("tuned file", str(path), f"a tuned.json written by bench tune ({'; '.join(problems)})",
                          "invalid")
     t.setdefault("dispatcher", "alltoall")
     t["env"] = {name: str(value) for name, value in t["env"].items()}
@@ -766,15 +766,15 @@ def load_tuned(path: Path) -> dict:
                                      "missing)", "incomplete")
                 value = str(sibling)
                 o = f"{key}={value}"
-            check_nccl_file(Path(value))
+            _check_nccl_file(Path(value))
         fixed.append(o)
     t["overrides"] = fixed
     return t
 
 
-def check_nccl_file(path: Path) -> dict[str, dict[str, Any]]:
+def _check_nccl_file(path: Path) -> dict[str, dict[str, Any]]:
     """The YAML ``dist.nccl_communicator_config_path`` names, read as Megatron-Core reads it
-    (``yaml.safe_load``) and checked (``check_nccl_config``); UsageError naming the file otherwise."""
+    (``yaml.safe_load``) and checked (``_check_nccl_config``); UsageError naming the file otherwise."""
     import yaml
 
     try:
@@ -783,7 +783,7 @@ def check_nccl_file(path: Path) -> dict[str, dict[str, Any]]:
         raise UsageError("NCCL communicator file", str(path), f"a YAML mapping of process-group name -> options "
                          f"({type(e).__name__})", "unreadable") from None
     try:
-        return check_nccl_config(cfg)
+        return _check_nccl_config(cfg)
     except UsageError as e:
         raise UsageError(f"NCCL communicator file {str(path)!r}: {e.what}", Shown(e.value), e.allowed,
                          e.problem) from None
@@ -809,12 +809,11 @@ def apply_tuned(cfg: Any, path: Path) -> dict:
 
 
 __all__ = ["tune", "tune_links", "Change", "Candidate", "Context", "KNOBS", "order_knobs", "evidence", "nccl_yaml",
-           "check_nccl_config", "check_nccl_file", "tuned_problems", "load_tuned", "apply_tuned", "write_tuned",
-           "ranking", "NCCL_PG_NAMES"]
+           "load_tuned", "apply_tuned", "ranking", "NCCL_PG_NAMES"]
 
 
 def load_tuned_variant(path: Path) -> Variant:
-    """The variant ``tuned`` from a ``tuned.json`` written by ``bench --tune`` (``tune.load_tuned``
+    """The variant ``tuned`` from a ``tuned.json`` written by ``bench tune`` (``tune.load_tuned``
     checks the file; ``check_jobs`` judges its settings before anything is launched)."""
     t = load_tuned(path)
     changes = {"ep_overlap": True, "dispatcher": t["dispatcher"]} if t["ep_overlap"] else {"ep_overlap": False}

@@ -1,6 +1,6 @@
-"""One rank of the dispatcher smoke check (``tools.smoke``), run under torchrun:
+"""One rank of the dispatcher smoke check (``lab.smoke``), run under torchrun:
 
-    python -m torch.distributed.run --nproc_per_node 2 -m mbridge_ep_overlap.tools.smoke_worker --backend hybridep
+    python -m torch.distributed.run --nproc_per_node 2 -m mbridge_ep_overlap.lab.smoke_worker --backend hybridep
 
 Contract
 --------
@@ -20,7 +20,7 @@ of ``result: ok`` (exit 0), ``wrong: <stage>: <detail>`` (exit 3), ``error: <sta
 SIGSEGV prints this rank's Python stack on stderr. The ``selftest-*`` backends exercise the harness
 without a GPU (gloo): ``ok``, ``segv``, ``hang``, ``wrong``, ``error``.
 
-With ``--run-dir DIR`` (``tools.smoke`` passes the backend's log folder) and the evidence on
+With ``--run-dir DIR`` (``lab.smoke`` passes the backend's log folder) and the evidence on
 (``run_evidence.enabled``), each rank also leaves ``DIR/evidence/`` as a training rank does
 (``base.run_files``): the flight-recorder variables set before its process group exists,
 faulthandler into ``faulthandler-rank<R>.log`` as well as stderr, and ``facts-rank<R>.json`` (the
@@ -40,24 +40,24 @@ from pathlib import Path
 
 from ..base import run_files
 from ..base.choices import DEEP_EP_BACKENDS, MEASURED_DISPATCHERS
-from . import run_evidence
+from ..runtime import run_evidence
 
 BACKENDS = MEASURED_DISPATCHERS
-SELFTESTS = ("selftest-ok", "selftest-segv", "selftest-hang", "selftest-wrong", "selftest-error")
+_SELFTESTS = ("selftest-ok", "selftest-segv", "selftest-hang", "selftest-wrong", "selftest-error")
 EXIT_WRONG, EXIT_ERROR, EXIT_MISSING = 3, 4, 5
 
 # The token set: every rank routes TOKENS tokens of HIDDEN to TOPK of EXPERTS experts. Shapes as the
 # proxy recipe's MoE layer (hidden 1024, 16 experts, top-4); 512 tokens keep the values exact.
 HIDDEN, TOKENS, EXPERTS, TOPK = 1024, 512, 16, 4
 # cuda.h: CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED (HybridEP's allocator reads it).
-FABRIC_SUPPORTED_ATTRIBUTE = 128
+_FABRIC_SUPPORTED_ATTRIBUTE = 128
 
 
 class Wrong(Exception):
     """A result that differs from what the routing implies."""
 
 
-class Missing(Exception):
+class _Missing(Exception):
     """The backend's package (or a part of it) is not installed."""
 
 
@@ -85,7 +85,7 @@ def experts_of(rank: int, token: int, num_experts: int = EXPERTS, topk: int = TO
     return [(base + k) % num_experts for k in range(topk)]
 
 
-def token_row(rank: int, token: int) -> tuple[int, int, int]:
+def _token_row(rank: int, token: int) -> tuple[int, int, int]:
     """The first three values of a token's row: who sent it and which token it is (all <= 64)."""
     return rank + 1, token // 64 + 1, token % 64 + 1
 
@@ -94,7 +94,7 @@ def make_tokens(rank: int, tokens: int = TOKENS, hidden: int = HIDDEN):
     import torch
 
     x = torch.full((tokens, hidden), float(rank + 1), dtype=torch.bfloat16)
-    ids = torch.tensor([token_row(rank, t) for t in range(tokens)], dtype=torch.bfloat16)
+    ids = torch.tensor([_token_row(rank, t) for t in range(tokens)], dtype=torch.bfloat16)
     x[:, :3] = ids
     return x
 
@@ -105,7 +105,7 @@ def expected_rows(world: int, experts: range, tokens: int = TOKENS) -> list[tupl
     for src in range(world):
         for t in range(tokens):
             if any(e in experts for e in experts_of(src, t)):
-                rows.append(token_row(src, t))
+                rows.append(_token_row(src, t))
     return sorted(rows)
 
 
@@ -119,7 +119,7 @@ def check(condition: bool, detail: str) -> None:
 
 
 # ---- backends ----------------------------------------------------------------------------------------
-def init_nccl(r: Ranks):
+def _init_nccl(r: Ranks):
     import torch
     import torch.distributed as dist
 
@@ -131,11 +131,11 @@ def init_nccl(r: Ranks):
     return dist.group.WORLD
 
 
-def run_alltoall(r: Ranks) -> None:
+def _run_alltoall(r: Ranks) -> None:
     import torch
     import torch.distributed as dist
 
-    init_nccl(r)
+    _init_nccl(r)
     # Uneven splits, as MCore's alltoall dispatcher sends: rank r sends (j + r + 1) * 8 values to rank j.
     send_counts = [(j + r.rank + 1) * 8 for j in range(r.world)]
     recv_counts = [(r.rank + i + 1) * 8 for i in range(r.world)]
@@ -153,7 +153,7 @@ def run_alltoall(r: Ranks) -> None:
     check(bad.numel() == 0, f"{bad.numel()} of {got.numel()} values differ (first at {bad[0].item() if bad.numel() else -1})")
 
 
-def run_deepep(r: Ranks) -> None:
+def _run_deepep(r: Ranks) -> None:
     import torch
     import torch.distributed as dist
 
@@ -161,8 +161,8 @@ def run_deepep(r: Ranks) -> None:
     try:
         from deep_ep import Buffer
     except ImportError as e:
-        raise Missing(f"deep_ep does not import ({e})") from None
-    group = init_nccl(r)
+        raise _Missing(f"deep_ep does not import ({e})") from None
+    group = _init_nccl(r)
     n = r.world
     local = EXPERTS // n
     x = make_tokens(r.rank).cuda()
@@ -208,7 +208,7 @@ def run_deepep(r: Ranks) -> None:
     buffer.destroy()
 
 
-def fabric_path(r: Ranks) -> str:
+def _fabric_path(r: Ranks) -> str:
     """Which memory handles HybridEP's allocator will try here (allocator.cu ExtendedMemoryAllocator):
     fabric handles when every visible GPU advertises them and USE_MNNVL is not 0/false, else CUDA IPC.
     Reads device attributes only; allocates nothing."""
@@ -223,7 +223,7 @@ def fabric_path(r: Ranks) -> str:
         cuda.cuDeviceGetCount(ctypes.byref(count))
         flags = []
         for d in range(count.value):
-            rc = cuda.cuDeviceGetAttribute(ctypes.byref(value), FABRIC_SUPPORTED_ATTRIBUTE, d)
+            rc = cuda.cuDeviceGetAttribute(ctypes.byref(value), _FABRIC_SUPPORTED_ATTRIBUTE, d)
             flags.append(value.value if rc == 0 else None)
     except OSError as e:
         return f"unknown ({e})"
@@ -241,14 +241,14 @@ def run_hybridep(r: Ranks) -> None:
     try:
         import deep_ep
     except ImportError as e:
-        raise Missing(f"deep_ep does not import ({e})") from None
+        raise _Missing(f"deep_ep does not import ({e})") from None
     if not hasattr(deep_ep, "HybridEPBuffer"):
-        raise Missing(f"deep_ep {getattr(deep_ep, '__version__', '')} has no HybridEPBuffer (build its hybrid-ep branch)")
-    group = init_nccl(r)
+        raise _Missing(f"deep_ep {getattr(deep_ep, '__version__', '')} has no HybridEPBuffer (build its hybrid-ep branch)")
+    group = _init_nccl(r)
     n = r.world
     local = EXPERTS // n
     r.step("allocator path")
-    say("info", f"HybridEP allocator: {fabric_path(r)}")
+    say("info", f"HybridEP allocator: {_fabric_path(r)}")
     r.step("HybridEPBuffer init")  # fused_a2a.init_hybrid_ep_buffer
     buffer = deep_ep.HybridEPBuffer(group=group, hidden_dim=HIDDEN, max_num_of_tokens_per_rank=TOKENS,
                                     num_local_experts=local, use_fp8=False)
@@ -273,7 +273,7 @@ def run_hybridep(r: Ranks) -> None:
     start = 0
     for e, count in zip(mine, want_counts):
         segment = identities(hidden[start:start + count])
-        want = sorted(token_row(s, t) for s in range(n) for t in range(TOKENS) if e in experts_of(s, t))
+        want = sorted(_token_row(s, t) for s in range(n) for t in range(TOKENS) if e in experts_of(s, t))
         check(segment == want, f"rows permuted to expert {e} differ from the tokens routed to it")
         start += count
     r.step("combine_with_unpermute")  # fused_a2a.HybridEPCombine.forward
@@ -311,7 +311,7 @@ def run_selftest(r: Ranks, what: str) -> None:
     dist.barrier()
 
 
-def start_evidence(run_dir: Path, backend: str) -> None:
+def _start_evidence(run_dir: Path, backend: str) -> None:
     """The evidence of a training rank, less the watchdog (see the module docstring)."""
     import torch  # here, as in every step of this worker: its --help and argument errors stay fast
 
@@ -326,21 +326,21 @@ def start_evidence(run_dir: Path, backend: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="smoke_worker", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backend", required=True, choices=BACKENDS + SELFTESTS)
+    ap.add_argument("--backend", required=True, choices=BACKENDS + _SELFTESTS)
     ap.add_argument("--run-dir", default=None, help="leave the rank's evidence under RUN_DIR/evidence/")
     args = ap.parse_args(argv)
     if not faulthandler.is_enabled():
         faulthandler.enable(all_threads=True)
     if args.run_dir and run_evidence.enabled():
-        start_evidence(Path(args.run_dir), args.backend)
+        _start_evidence(Path(args.run_dir), args.backend)
     r = Ranks()
     say("info", f"rank {r.rank} of {r.world}, backend {args.backend}, pid {os.getpid()}")
     try:
         if args.backend.startswith("selftest-"):
             run_selftest(r, args.backend.removeprefix("selftest-"))
         else:
-            {"alltoall": run_alltoall, "deepep": run_deepep, "hybridep": run_hybridep}[args.backend](r)
-    except Missing as e:
+            {"alltoall": _run_alltoall, "deepep": _run_deepep, "hybridep": run_hybridep}[args.backend](r)
+    except _Missing as e:
         say("missing", str(e))
         return EXIT_MISSING
     except Wrong as e:

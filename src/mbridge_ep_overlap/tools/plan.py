@@ -1,6 +1,6 @@
 """``mbridge-ep-overlap plan``: build a recipe for a described target and show what would run.
 
-Contract: the flags map onto a ``RunSpec`` (``tools.flags``); ``build`` configures EP overlap and
+Contract: the flags map onto a ``RunSpec`` (``runtime.flags``); ``build`` configures EP overlap and
 evaluates the rule table once; MB's real ``runtime_config_update`` then finalizes the config with
 only the target's hardware and version gates simulated. Output (``tools.plan_report``, the layout
 ``run_script.py --dryrun`` and ``launch_slurm.py`` share; on stdout, refusals included; the libraries'
@@ -25,16 +25,16 @@ import math
 import sys
 from typing import Any
 
-from .flags import add_spec_arguments, spec_from_args
-from .calibrate_command import judged_with
+from ..runtime.flags import add_spec_arguments, spec_from_args
+from .calibrate import judged_with
 from .plan_report import judge
 
-DEFAULT_RECIPE = "qwen3_moe_proxy"
+_DEFAULT_RECIPE = "qwen3_moe_proxy"
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("plan", help="plan and finalize a recipe with EP overlap for a described cluster")
-    add_spec_arguments(p, recipe_default=DEFAULT_RECIPE)
+    add_spec_arguments(p, recipe_default=_DEFAULT_RECIPE)
     p.add_argument("--json", action="store_true", help="everything as one JSON document on stdout")
     p.add_argument("--predict", action=argparse.BooleanOptionalAction, default=None,
                    help="predicted step time with overlap off and on (docs/prediction.md); "

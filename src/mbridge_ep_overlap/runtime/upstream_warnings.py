@@ -1,6 +1,6 @@
 """Warnings the libraries raise while a command runs, split in two: import noise and warnings about the run.
 
-Contract: inside ``Collector`` (started and ended by the stderr hold of ``tools.exits``) every Python
+Contract: inside ``Collector`` (started and ended by the stderr hold of ``runtime.exits``) every Python
 warning and every warning record of the root logger (where Megatron-Bridge logs) is kept instead of
 printed. A warning raised while a module is being imported - importing Megatron on a machine without
 Transformer Engine, APEX or CUDA raises a dozen "X is not installed, falling back" - is *import noise*:

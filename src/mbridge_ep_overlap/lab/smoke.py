@@ -3,7 +3,7 @@
 Contract
 --------
 ``run(backends, nproc=2)`` launches, per backend, ``python -m torch.distributed.run --nproc_per_node 2
--m mbridge_ep_overlap.tools.smoke_worker --backend X`` (``launch.run_process_group``: own process
+-m mbridge_ep_overlap.lab.smoke_worker --backend X`` (``launch.run_process_group``: own process
 group, hard timeout that kills the group, multicast-off variables, ``PYTHONFAULTHANDLER=1``, per-rank
 logs under ``log_dir/X``). The worker builds the backend's buffer as Megatron-Core 0.19.2 does and
 checks one dispatch/combine round trip of a known token set; ``classify`` turns the outcome into a
@@ -37,7 +37,7 @@ BACKENDS = MEASURED_DISPATCHERS
 _TIMEOUTS_S = {"alltoall": 90, "deepep": 150, "hybridep": 180}
 """Per-backend hard timeouts (``EP_OVERLAP_SMOKE_TIMEOUT`` overrides them all): start-up takes ~15 s;
 HybridEP JIT-compiles its kernels with nvcc on first use."""
-WORKER = "mbridge_ep_overlap.tools.smoke_worker"
+_WORKER = "mbridge_ep_overlap.lab.smoke_worker"
 # ---- classification ------------------------------------------------------------------------------
 _LINE = re.compile(r"^(stage|result|wrong|error|missing|info): ?(.*)$", re.M)
 
@@ -101,7 +101,7 @@ def _default_log_dir() -> Path:
 def _worker_command(backend: str, nproc: int, folder: Path) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
             "--master_port", str(free_port()), "--log-dir", str(folder / "torchrun"),
-            "--redirects", "3", "--tee", "3", "-m", WORKER, "--backend", backend, "--run-dir", str(folder)]
+            "--redirects", "3", "--tee", "3", "-m", _WORKER, "--backend", backend, "--run-dir", str(folder)]
 
 
 def check_one(backend: str, nproc: int = 2, timeout_s: float | None = None, log_dir: Path | None = None,

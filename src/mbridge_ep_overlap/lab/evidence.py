@@ -295,7 +295,7 @@ class RunRecorder(Callback):
             "flex_buffers": flex_buffers(),
             "wgrad": self.counter.wgrad.to_dict(),
             "layer_stack": layer_stack(context),
-            "environment": run_environment(),
+            "environment": _run_environment(),
             "hardware": hardware(),
             "peak_memory_gib_per_rank": [round(float(p.item()), 3) for p in peaks],
             "profile": self.profile,
@@ -306,7 +306,7 @@ class RunRecorder(Callback):
 
 
 def hardware() -> dict:
-    """The GPUs this rank saw, and whether the ranks shared one GPU (``tools.shared_gpu``: the
+    """The GPUs this rank saw, and whether the ranks shared one GPU (``lab.shared_gpu``: the
     emulation whose runs are correctness evidence only, never timings)."""
     import torch
 
@@ -328,12 +328,12 @@ def flex_buffers() -> dict[str, bool]:
     }
 
 
-LAYER_FIELDS = ("transformer_impl", "moe_grouped_gemm", "apply_rope_fusion", "gradient_accumulation_fusion",
+_LAYER_FIELDS = ("transformer_impl", "moe_grouped_gemm", "apply_rope_fusion", "gradient_accumulation_fusion",
                 "moe_permute_fusion", "moe_router_fusion", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
                 "bias_activation_fusion", "masked_softmax_fusion", "persist_layer_norm")
 
 
-TE_MODULE_PREFIXES = ("transformer_engine", "megatron.core.extensions.transformer_engine")
+_TE_MODULE_PREFIXES = ("transformer_engine", "megatron.core.extensions.transformer_engine")
 
 
 def layer_stack(context) -> dict:
@@ -342,14 +342,14 @@ def layer_stack(context) -> dict:
     or MCore's TE extension; note MCore builds the final norm with TE whenever TE imports, even on
     the local spec), and the TE version as this process and Megatron-Core see it."""
     model_cfg = context.state.cfg.model
-    fields = {name: getattr(model_cfg, name, None) for name in LAYER_FIELDS}
+    fields = {name: getattr(model_cfg, name, None) for name in _LAYER_FIELDS}
     classes, te_classes = set(), set()
     for chunk in context.model or []:
         for module in chunk.modules():
             cls = type(module)
             if any(k in cls.__name__ for k in ("Linear", "Attention", "MLP", "Norm")):
                 classes.add(cls.__name__)
-                if cls.__module__.startswith(TE_MODULE_PREFIXES):
+                if cls.__module__.startswith(_TE_MODULE_PREFIXES):
                     te_classes.add(cls.__name__)
     mcore_te = None
     te = te_version_here()
@@ -365,6 +365,6 @@ def layer_stack(context) -> dict:
             "mcore_te_version": mcore_te}
 
 
-def run_environment() -> dict[str, str]:
+def _run_environment() -> dict[str, str]:
     """The EP-relevant environment variables of this process now (after MB applied ``cfg.env_vars``)."""
     return {k: os.environ[k] for k in RELEVANT_ENV_VARS if k in os.environ}

@@ -273,10 +273,10 @@ def launch_command(name: str, nproc: int, args: list[str], folder: Path, repo: P
                    share_gpu: bool = False) -> list[str]:
     """The exact torchrun command ``launch`` runs (the wide-EP unit test dry-runs it for N = 2, 4, 8).
     ``script`` (relative to the checkout) must accept ``--output-dir`` and ``--summary-json``.
-    ``share_gpu``: every rank on GPU 0, each as a node of its own (``tools.shared_gpu``)."""
+    ``share_gpu``: every rank on GPU 0, each as a node of its own (``lab.shared_gpu``)."""
     repo = repo or _repo_root()
     port = master_port if master_port is not None else 29500 + (abs(hash(name)) % 1000)
-    wrapper = ["--module", "mbridge_ep_overlap.tools.shared_gpu"] if share_gpu else []
+    wrapper = ["--module", "mbridge_ep_overlap.lab.shared_gpu"] if share_gpu else []
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nproc_per_node", str(nproc), "--master_port", str(port),
@@ -298,7 +298,7 @@ def launch(
     share_gpu: bool = False,
 ) -> Run:
     """Safe to call from several threads at once (each launch gets its own free rendezvous port).
-    ``share_gpu``: run every rank on GPU 0 (``tools.shared_gpu``: correctness evidence only)."""
+    ``share_gpu``: run every rank on GPU 0 (``lab.shared_gpu``: correctness evidence only)."""
     repo = _repo_root()
     folder = Path(log_root or LOG_ROOT) / name
     clear_folder(folder)

@@ -26,11 +26,11 @@ efficiency of ``trace.analyze``. Output folder: ``results.json`` (every number),
 ``benchmarks.md`` (the table) and ``benchmarks.png`` (step time per iteration, speedups; not drawn,
 saying so, beyond ``PLOT_MAX_ROWS`` measured rows). Timings are reported, never asserted.
 
-Against ``off`` (``compare_to_baseline``, recomputed by ``bench --report`` for old files too): the
+Against ``off`` (``compare_to_baseline``, recomputed by ``bench report`` for old files too): the
 speedup, loss parity, the peak-memory delta, the compute time added per step (SM / memory contention
 of the overlapped all-to-all), the idle time per step (no kernel running) and the **share of the
 possible gain** ``(off - variant) / (off - ideal)`` - with the ideal ``max(compute, all-to-all)`` from
-the variant's own profile, and beside it from the ``off`` run's profile. ``bench --report`` reads
+the variant's own profile, and beside it from the ``off`` run's profile. ``bench report`` reads
 every ``results.json`` whole and checks each row first (``results.result_from_row``: each field's type,
 finite numbers where the report computes; an empty list is no results file): a bad file is bad
 usage naming the file, the row and the field, and nothing is written; the work grows linearly with
@@ -39,9 +39,9 @@ read from its tasks' summaries (``results.array_rows``) and each row gets the st
 that cluster beside its measured one (``--calibration FILE``: with that cluster calibration), in a
 "measured vs predicted" table. ``parse_variants`` reads ``--variants`` for bench and
 ``launch_slurm.py`` alike. ``summary_line`` names the
-best share of a set of rows. ``bench --tune`` (``tools.tune``) searches the overlap knobs; a tuned
+best share of a set of rows. ``bench tune`` (``lab.tune``) searches the overlap knobs; a tuned
 result (``tuned.json``) runs as the variant ``tuned`` with ``--tuned PATH``. The command itself
-(``bench`` and ``bench --tune``) is ``tools.bench_command``, above both.
+(``bench`` and ``bench tune``) is ``lab.bench_command``, above both.
 """
 
 from __future__ import annotations
@@ -58,10 +58,10 @@ from ..base.choices import DEEP_EP_BACKENDS
 from ..base.errors import EPOverlapError, UsageError, Violation
 from ..spec import RunSpec
 from ..target.cluster import RELEVANT_ENV_VARS, ClusterEnvironment
-from .exits import release_stderr
+from ..runtime.exits import release_stderr
 from .launch import child_environment, launch
 from .numerics import compare_losses
-from .results import (VariantResult, array_rows, load_results, predict_rows, prediction_lines,  # noqa: F401 - re-exported
+from .results import (VariantResult, array_rows, load_calibration, load_results, predict_rows, prediction_lines,  # noqa: F401 - re-exported
                       read_manifest, result_from_row, summarize_run)
 from .tables import num, pct, write_json
 
@@ -387,8 +387,8 @@ def shape_spec(recipe: str, shape: str, steps: int, extra: list[str]) -> RunSpec
     there is bad usage naming each such flag - bench would drop it: a variant sets overlap, the
     dispatcher, delayed wgrad and the stream priority (``_VARIANT_SYNTAX``), and the target is this
     machine."""
-    from .flags import SIZE_FLAGS, add_spec_arguments, parse
-    from .exits import OneLineArgumentParser
+    from ..runtime.flags import SIZE_FLAGS, add_spec_arguments, parse
+    from ..runtime.exits import OneLineArgumentParser
 
     if shape not in SHAPES:
         raise UsageError("--shape", shape, sorted(SHAPES))
@@ -540,7 +540,7 @@ def run_name(link: str, variant: str) -> str:
 def run_variant(base: RunSpec, name: str, variant: Variant, link: str, out: Path, *, nproc: int, steps: int,
                 warmup: int, profile: int, timeout_s: float) -> VariantResult:
     """One variant on one link as its own torchrun job (``launch``); a failed job is a failed row."""
-    from .spec_file import write_spec
+    from ..runtime.spec_file import write_spec
 
     spec = variant_spec(base, variant)
     args = write_spec(spec, out / "runs" / f"{run_name(link, name)}.spec.json") + (
@@ -611,8 +611,6 @@ def report(folders: list[Path], out: Path, title: str, calibration: str | None =
     """
     cal, source = None, "shipped calibration"
     if calibration is not None:
-        from .calibrate_command import load_calibration
-
         cal, source = load_calibration(calibration).calibration(), f"calibration {calibration}"
     loaded: list[tuple[Path, list[VariantResult]]] = []
     problems: list[UsageError] = []
