@@ -55,6 +55,32 @@ H100_16 = Cluster(gpu="h100", num_gpus=16)
 
 
 # --- contract ---------------------------------------------------------------------------------
+def test_sliding_window_layers_follow_mcore_and_cost_less_only_when_fused():
+    """MCore's is_layer_window_attention (1-based: an int N keeps every N-th layer full, a list marks
+    the windowed ones); a window shortens fused attention only, never below window + one key tile."""
+    from mbridge_ep_overlap.predict.costs import layer_costs
+
+    s = {"num_layers": 36, "hidden_size": 2880, "num_attention_heads": 64, "num_query_groups": 8, "kv_channels": 64,
+         "seq_length": 4096, "micro_batch_size": 4, "global_batch_size": 1280, "num_moe_experts": 128,
+         "moe_router_topk": 4, "moe_ffn_hidden_size": 2880, "expert_model_parallel_size": 64}
+    assert StepInputs.from_summary(s, num_gpus=64).windowed_layers == 0
+    w = StepInputs.from_summary({**s, "window_size": (127, 0), "window_attn_skip_freq": 2}, num_gpus=64)
+    assert (w.attention_window, w.windowed_layers) == (127, 18)
+    assert StepInputs.from_summary({**s, "window_size": (127, 0), "window_attn_skip_freq": 3},
+                                   num_gpus=64).windowed_layers == 24
+    assert StepInputs.from_summary({**s, "window_size": (127, 0), "window_attn_skip_freq": [1, 0] * 18},
+                                   num_gpus=64).windowed_layers == 18
+    assert StepInputs.from_summary({**s, "window_size": (127, 0)}, num_gpus=64).windowed_layers == 36
+    full = StepInputs.from_summary(s, num_gpus=64)
+    cal, gb = default_calibration(), Cluster(gpu="gb200", num_gpus=64)
+    t_full, t_win = layer_costs(full, gb, cal).attn_f, layer_costs(w, gb, cal).attn_f
+    assert t_win < t_full
+    everywhere = w.with_(windowed_layers=36, attention_window=4095)  # a window as long as the sequence
+    assert layer_costs(everywhere, gb, cal).attn_f == pytest.approx(t_full)  # capped at causal
+    local = dict(transformer_impl="local")
+    assert layer_costs(w.with_(**local), gb, cal).attn_f == layer_costs(full.with_(**local), gb, cal).attn_f
+
+
 def test_package_imports_only_the_standard_library():
     allowed = set(sys.stdlib_module_names)
     for path in PKG.glob("*.py"):

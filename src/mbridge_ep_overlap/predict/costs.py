@@ -56,6 +56,7 @@ _PASSES = {
     "optimizer_bytes_per_param": 30.0,  # Adam, fp32 master + m + v read/write, bf16 param write
     "grad_accum_bytes_per_param_local": 10.0,  # unfused main_grad accumulation per microbatch
 }
+_ATTN_KEY_TILE = 128  # keys per tile of the fused attention kernels (FlashAttention / cuDNN block size; assumed)
 _BWD_GEMM = 2.0  # dgrad + wgrad
 _BWD_MEM = 2.0
 _BWD_ATTN = {"local": 2.0, "transformer_engine": 2.5}  # flash backward recomputes the scores
@@ -338,6 +339,14 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
         ng = i.num_query_groups
         attn_lin_t = lambda: lin(2 * T * h * (nh * kv + 2 * ng * kv)) + lin(2 * T * nh * kv * h)  # noqa: E731
         core = 4 * T * S * nh * kv * causal
+        if i.attention_window and impl == "transformer_engine" and i.windowed_layers:
+            # sliding window (fused attention skips key tiles outside it): each query computes its
+            # window plus the partly masked key tile at the window's edge, never more than causal;
+            # averaged over the layers (the replay runs one layer cost). The local path computes
+            # the whole masked square, so it saves nothing there.
+            keys = min(S * causal, i.attention_window + 1 + _ATTN_KEY_TILE)
+            frac = i.windowed_layers / i.num_layers
+            core = core * (1 - frac) + 4 * T * keys * nh * kv * frac
         rope_elems = T * (nh + ng) * kv * 2
         attn_params = h * (nh * kv + 2 * ng * kv) + nh * kv * h
         score_heads = nh

@@ -190,7 +190,8 @@ _VALUE_RANGES: tuple[tuple[tuple[str, ...], int, bool], ...] = (
     (("num_dense_layers", "mtp_num_layers"), 0, False),
     (("vpp",), 1, True),
     (("moe_shared_expert_intermediate_size", "ffn_hidden_size", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
-      "qk_pos_emb_head_dim", "v_head_dim"), 0, True),  # None or 0: the model's own default (costs.py)
+      "qk_pos_emb_head_dim", "v_head_dim", "attention_window"), 0, True),  # None or 0: the model's own default
+    (("windowed_layers",), 0, False),
 )
 
 
@@ -220,6 +221,10 @@ class StepInputs:
     qk_head_dim: int | None = None
     qk_pos_emb_head_dim: int | None = None
     v_head_dim: int | None = None
+    # sliding-window attention (GPT-OSS): keys before each query (MCore window_size[0]) on
+    # ``windowed_layers`` of the layers (MCore is_layer_window_attention); None / 0 = full attention
+    attention_window: int | None = None
+    windowed_layers: int = 0
     # parallel sizes
     tp: int = 1
     pp: int = 1
@@ -265,6 +270,8 @@ class StepInputs:
                              f"2**63 - 1 ({shown(tokens)}): no run has that many")
         if self.num_dense_layers > self.num_layers:
             raise ValueError("num_dense_layers > num_layers")
+        if self.windowed_layers > self.num_layers:
+            raise ValueError("windowed_layers > num_layers")
         if self.num_moe_experts % self.ep:
             raise ValueError(f"num_moe_experts {self.num_moe_experts} not divisible by ep {self.ep}")
 
@@ -373,6 +380,7 @@ class StepInputs:
         if mask is None:
             mask = impl == "local"  # the local (unfused) attention path consumes a dense mask
             used.append("attention_mask_in_batch")
+        window, windowed = _window(s, num_layers)
         recompute = s.get("recompute")
         if recompute is None:
             recompute = s.get("recompute_granularity") == "full"
@@ -390,6 +398,7 @@ class StepInputs:
             mtp_num_layers=_int("mtp_num_layers", get("mtp_num_layers") or 0, 0),
             **{k: _opt_int(k, s.get(k)) for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim",
                                                    "qk_pos_emb_head_dim", "v_head_dim")},
+            attention_window=window, windowed_layers=windowed,
             tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, num_microbatches=nmb,
             bytes_per_element=nbytes, gemm_precision=str(gemm), dispatcher=str(dispatcher), transformer_impl=str(impl),
             attention_mask_in_batch=bool(mask),
@@ -411,6 +420,7 @@ MODEL_FIELDS = (
     "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size", "context_parallel_size",
     "expert_model_parallel_size", "expert_tensor_parallel_size", "moe_token_dispatcher_type",
     "moe_flex_dispatcher_backend", "transformer_impl", "high_priority_a2a_comm_stream", "recompute_granularity",
+    "window_size", "window_attn_skip_freq",
 )
 TRAIN_FIELDS = ("micro_batch_size", "global_batch_size")
 
@@ -444,6 +454,26 @@ def from_config(cfg: Any, world_size: int | None, *, precision: str | None = Non
     s.update({k: assume[k] for k in assumed})  # type: ignore[index]
     inputs = StepInputs.from_summary(s, num_gpus=world_size)
     return replace(inputs, defaults_used=tuple(dict.fromkeys((*inputs.defaults_used, *assumed))))
+
+
+def _window(s: Mapping[str, Any], num_layers: int) -> tuple[int | None, int]:
+    """(keys before each query, windowed layers) from MCore's ``window_size`` ((left, right) or
+    left) and ``window_attn_skip_freq`` as ``transformer/utils.py:is_layer_window_attention`` reads
+    them (1-based layer numbers: an int N makes every N-th layer full attention, a list marks the
+    windowed layers, None windows every layer); (None, 0) without a window."""
+    if s.get("attention_window") is not None:
+        return _opt_int("attention_window", s["attention_window"]), _int("windowed_layers", s.get("windowed_layers", 0), 0)
+    w = s.get("window_size")
+    if not w:
+        return None, 0
+    left = _int("window_size", w[0] if isinstance(w, (list, tuple)) else w, 0)
+    freq = s.get("window_attn_skip_freq")
+    if freq is None:
+        return left, num_layers
+    if isinstance(freq, (list, tuple)):
+        return left, sum(1 for x in freq[:num_layers] if x)
+    freq = _int("window_attn_skip_freq", freq)
+    return left, num_layers - num_layers // freq
 
 
 def _precision(cfg: Any) -> str | None:
