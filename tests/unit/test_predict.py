@@ -55,6 +55,30 @@ H100_16 = Cluster(gpu="h100", num_gpus=16)
 
 
 # --- contract ---------------------------------------------------------------------------------
+def test_delayed_wgrad_moves_the_wgrad_beside_the_dispatch_backward():
+    """MCore's delay_wgrad_compute: the same work, only reordered (overlap off is unchanged); on a
+    comm-bound shape the dispatch backward no longer waits for the expert wgrad GEMMs."""
+    from mbridge_ep_overlap.predict.costs import layer_costs
+
+    base = _moe(num_microbatches=8)
+    delayed = base.with_(delay_wgrad=True)
+    cal = default_calibration()
+    c0, c1 = layer_costs(base, H100_16, cal), layer_costs(delayed, H100_16, cal)
+    assert (c0.expert_wgrad, c0.attn_wgrad) == (0.0, 0.0) and 0 < c1.expert_wgrad < c1.expert_b
+    assert 0 < c1.attn_wgrad < c1.attn_b + c1.moe_pre_b
+    p0, p1 = predict(base, H100_16), predict(delayed, H100_16)
+    assert p1.off_step_s == pytest.approx(p0.off_step_s)
+    assert p1.on_step_s < p0.on_step_s
+    from types import SimpleNamespace as NS
+
+    from mbridge_ep_overlap.predict.inputs import from_config
+
+    cfg = _cfg()
+    cfg.comm_overlap = NS(delay_wgrad_compute=True)  # before finalize copies it into the model
+    assert from_config(cfg, 16).delay_wgrad and from_config(_cfg(delay_wgrad_compute=True), 16).delay_wgrad
+    assert not from_config(_cfg(), 16).delay_wgrad
+
+
 def test_sliding_window_layers_follow_mcore_and_cost_less_only_when_fused():
     """MCore's is_layer_window_attention (1-based: an int N keeps every N-th layer full, a list marks
     the windowed ones); a window shortens fused attention only, never below window + one key tile."""

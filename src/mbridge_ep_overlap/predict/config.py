@@ -17,7 +17,7 @@ Contract
   values, sizes no run can have, arithmetic out of range -, a dispatcher without a bandwidth model)
   is ``CannotPredict`` with the reason, never another exception.
 * What the model does not represent (``unmodelled(cfg, inputs)``): CUDA graphs, selective recompute's
-  replay time, delayed wgrad's reordering, shared-expert overlap, BF16 first/last layers, TF32 GEMMs;
+  replay time, shared-expert overlap, BF16 first/last layers, TF32 GEMMs;
   each is one "not modelled: ..." line of ``lines()`` and lowers ``confidence`` from "validated"
   (BF16 on the calibrated GPU kind, ``validation``'s check rows) to "provisional" (another GPU kind or
   an FP8-class precision whose efficiency is not yet measured) or "low" (anything not modelled).
@@ -234,9 +234,6 @@ def unmodelled(cfg: Any, inputs: StepInputs) -> tuple[str, ...]:
     if get("recompute_granularity") == "selective":
         out.append(f"selective recompute of {get('recompute_modules') or ['core_attn']}: its replay time "
                    "(memory is modelled)")
-    co = getattr(cfg, "comm_overlap", None)
-    if getattr(co, "delay_wgrad_compute", None) or get("delay_wgrad_compute"):
-        out.append("delayed wgrad (delay_wgrad_compute): the moved expert weight-gradient GEMMs")
     if get("moe_shared_expert_overlap"):
         out.append("moe_shared_expert_overlap: the shared expert on the communication stream")
     mp = getattr(cfg, "mixed_precision", None)

@@ -192,6 +192,10 @@ class Costs:
     host_per_microbatch: float  # host stall at each microbatch start (compute stream idle)
     sync_per_dispatch: bool  # the dispatcher makes the CPU wait for the GPU in dispatch forward
     dispatch_sync_s: float  # host time after that wait before the GPU gets new work (DeepEP)
+    # with delay_wgrad_compute (overlap on only): the weight-gradient GEMM part of expert_b and of
+    # attn_b + moe_pre_b that MCore runs as a separate step (``backward_dw``); 0 without it
+    expert_wgrad: float = 0.0
+    attn_wgrad: float = 0.0
 
 
 def _links(inputs: StepInputs, cluster: Cluster, cal: Calibration) -> tuple[LinkSpec, LinkSpec]:
@@ -472,5 +476,8 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
         # published model only
         dispatch_sync_s=(cal.deepep_dispatch_sync_s
                          if d == "deepep" and ep_layout(inputs, cluster)[1] == 1 and i.ep <= 8 else 0.0),
+        # the wgrad GEMMs take as long as the forward GEMMs (dgrad and wgrad: _BWD_GEMM = 2)
+        expert_wgrad=t_expert if i.delay_wgrad else 0.0,
+        attn_wgrad=t_attn_lin + t_shared if i.delay_wgrad else 0.0,
     )
 

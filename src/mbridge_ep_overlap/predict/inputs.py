@@ -242,6 +242,7 @@ class StepInputs:
     attention_mask_in_batch: bool = False  # a dense [s, s] mask travels with every microbatch
     high_priority_a2a: bool = False
     recompute: bool = False  # full activation recompute
+    delay_wgrad: bool = False  # MCore delay_wgrad_compute (acts with overlap on only)
     overlap_grad_reduce: bool = True
     defaults_used: tuple[str, ...] = field(default=(), compare=False)
 
@@ -404,6 +405,7 @@ class StepInputs:
             attention_mask_in_batch=bool(mask),
             high_priority_a2a=bool(get("high_priority_a2a_comm_stream")),
             recompute=bool(recompute), overlap_grad_reduce=bool(get("overlap_grad_reduce")),
+            delay_wgrad=bool(s.get("delay_wgrad_compute")),  # absent: MCore's default, off
             defaults_used=tuple(dict.fromkeys(used)),
         )
 
@@ -420,7 +422,7 @@ MODEL_FIELDS = (
     "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size", "context_parallel_size",
     "expert_model_parallel_size", "expert_tensor_parallel_size", "moe_token_dispatcher_type",
     "moe_flex_dispatcher_backend", "transformer_impl", "high_priority_a2a_comm_stream", "recompute_granularity",
-    "window_size", "window_attn_skip_freq",
+    "window_size", "window_attn_skip_freq", "delay_wgrad_compute",
 )
 TRAIN_FIELDS = ("micro_batch_size", "global_batch_size")
 
@@ -443,6 +445,9 @@ def from_config(cfg: Any, world_size: int | None, *, precision: str | None = Non
     train = getattr(cfg, "train", None)
     s.update({name: getattr(train, name, None) for name in TRAIN_FIELDS})
     s["overlap_grad_reduce"] = getattr(getattr(cfg, "ddp", None), "overlap_grad_reduce", None)
+    # MB copies comm_overlap.delay_wgrad_compute into the model at finalize: either says it
+    s["delay_wgrad_compute"] = bool(s["delay_wgrad_compute"]
+                                    or getattr(getattr(cfg, "comm_overlap", None), "delay_wgrad_compute", None))
     # MB's batch carries a dense [s, s] mask when the dataset creates one (training/utils/batch_utils.py)
     s["attention_mask_in_batch"] = getattr(getattr(cfg, "dataset", None), "create_attention_mask", None)
     precision = precision or _precision(cfg)
