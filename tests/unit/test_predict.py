@@ -66,6 +66,8 @@ def test_delayed_wgrad_moves_the_wgrad_beside_the_dispatch_backward():
     c0, c1 = layer_costs(base, H100_16, cal), layer_costs(delayed, H100_16, cal)
     assert (c0.expert_wgrad, c0.attn_wgrad) == (0.0, 0.0) and 0 < c1.expert_wgrad < c1.expert_b
     assert 0 < c1.attn_wgrad < c1.attn_b + c1.moe_pre_b
+    local = layer_costs(delayed.with_(transformer_impl="local"), H100_16, cal)  # backward_dw() is a no-op there
+    assert (local.expert_wgrad, local.attn_wgrad) == (0.0, 0.0)
     p0, p1 = predict(base, H100_16), predict(delayed, H100_16)
     assert p1.off_step_s == pytest.approx(p0.off_step_s)
     assert p1.on_step_s < p0.on_step_s

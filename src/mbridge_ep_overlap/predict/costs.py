@@ -476,8 +476,9 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
         # published model only
         dispatch_sync_s=(cal.deepep_dispatch_sync_s
                          if d == "deepep" and ep_layout(inputs, cluster)[1] == 1 and i.ep <= 8 else 0.0),
-        # the wgrad GEMMs take as long as the forward GEMMs (dgrad and wgrad: _BWD_GEMM = 2)
-        expert_wgrad=t_expert if i.delay_wgrad else 0.0,
-        attn_wgrad=t_attn_lin + t_shared if i.delay_wgrad else 0.0,
+        # the wgrad GEMMs take as long as the forward GEMMs (dgrad and wgrad: _BWD_GEMM = 2); only TE
+        # linears defer them - the local layers' backward_dw() is a no-op (core/rules/delay_wgrad.py)
+        expert_wgrad=t_expert if i.delay_wgrad and impl == "transformer_engine" else 0.0,
+        attn_wgrad=t_attn_lin + t_shared if i.delay_wgrad and impl == "transformer_engine" else 0.0,
     )
 
