@@ -81,6 +81,28 @@ def test_delayed_wgrad_moves_the_wgrad_beside_the_dispatch_backward():
     assert not from_config(_cfg(), 16).delay_wgrad
 
 
+def test_selective_recompute_replays_each_listed_module_in_its_backward():
+    """MCore recompute_modules: None is its default core_attn, [] recomputes nothing; each listed module's
+    forward is added to its own backward node; "moe" is not modelled and is said so."""
+    from mbridge_ep_overlap.predict.config import unmodelled
+    from mbridge_ep_overlap.predict.costs import layer_costs
+    from mbridge_ep_overlap.predict.inputs import from_config
+
+    sel = dict(recompute_granularity="selective")
+    assert from_config(_cfg(**sel, recompute_modules=None), 16).recompute_modules == ("core_attn",)
+    assert from_config(_cfg(**sel, recompute_modules=[]), 16).recompute_modules == ()
+    assert from_config(_cfg(recompute_modules=["moe_act"]), 16).recompute_modules == ()  # not selective
+    cal, base = default_calibration(), _moe()
+    c0 = layer_costs(base, H100_16, cal)
+    attn = layer_costs(base.with_(recompute_modules=("core_attn", "layernorm")), H100_16, cal)
+    act = layer_costs(base.with_(recompute_modules=("moe_act",)), H100_16, cal)
+    assert attn.attn_b > c0.attn_b and attn.expert_b == c0.expert_b and attn.attn_f == c0.attn_f
+    assert act.expert_b > c0.expert_b and act.attn_b == c0.attn_b
+    cfg = _cfg(**sel, recompute_modules=["moe", "moe_act"])
+    assert [line for line in unmodelled(cfg, from_config(cfg, 16)) if "recompute" in line] == \
+        ["selective recompute of ['moe']: its replay time (memory is modelled)"]
+
+
 def test_sliding_window_layers_follow_mcore_and_cost_less_only_when_fused():
     """MCore's is_layer_window_attention (1-based: an int N keeps every N-th layer full, a list marks
     the windowed ones); a window shortens fused attention only, never below window + one key tile."""

@@ -56,6 +56,8 @@ _PASSES = {
     "optimizer_bytes_per_param": 30.0,  # Adam, fp32 master + m + v read/write, bf16 param write
     "grad_accum_bytes_per_param_local": 10.0,  # unfused main_grad accumulation per microbatch
 }
+# selectively recomputed modules whose replay layer_costs adds to their backward node
+REPLAYED_MODULES = frozenset({"core_attn", "layernorm", "mla_up_proj", "shared_experts", "moe_act", "mlp"})
 _ATTN_KEY_TILE = 128  # keys per tile of the fused attention kernels (FlashAttention / cuDNN block size; assumed)
 _BWD_GEMM = 2.0  # dgrad + wgrad
 _BWD_MEM = 2.0
@@ -406,6 +408,19 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
     dense_mlp_b = (_BWD_GEMM * t_dense + _BWD_MEM * lin_mem(dense_q) + _BWD_MEM * mem(dense_mem)
                    + mem(dense_params * grad_acc))
 
+    # selective recompute (MCore recompute_modules): each listed module's forward runs again inside
+    # the backward node it belongs to. "moe" (the whole MoE forward, all-to-alls included) and
+    # "gdn_norm_out" are not modelled (config.unmodelled lists them).
+    sel = set(i.recompute_modules)
+    replay_attn = (attn_core_f if "core_attn" in sel else 0.0) \
+        + (mem(4 * T * h * b) if "layernorm" in sel else 0.0)  # input and pre-MLP norms: read + write
+    if "mla_up_proj" in sel and i.multi_latent_attention:
+        up = (2 * T * q_in * nh * dqk if q_in else 0.0) + 2 * T * i.kv_lora_rank * nh * ((i.qk_head_dim or 128) + dv)
+        replay_attn += lin(up, 2 if q_in else 1) + mem(rope_elems * b)
+    replay_pre = t_shared + mem(3 * T * shared * b) if "shared_experts" in sel and shared else 0.0
+    replay_expert = mem(3 * k * T * F * b) if "moe_act" in sel else 0.0  # fused GLU: reads 2 x ffn, writes 1
+    replay_dense = dense_mlp_f if "mlp" in sel else 0.0
+
     # output layer + loss, embedding
     V = i.vocab_size
     head_flops = 2 * T * h * V
@@ -462,9 +477,9 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
     if d in ("deepep", "hybridep"):
         sync = bool(hardware()["flex_dispatchers"][d]["cpu_sync_per_dispatch"])
     return Costs(
-        attn_f=attn_f_common, attn_b=attn_b_common, moe_pre_f=moe_pre_f, moe_pre_b=moe_pre_b,
-        expert_f=expert_f, expert_b=expert_b,
-        dense_mlp_f=dense_mlp_f, dense_mlp_b=dense_mlp_b,
+        attn_f=attn_f_common, attn_b=attn_b_common + replay_attn, moe_pre_f=moe_pre_f, moe_pre_b=moe_pre_b + replay_pre,
+        expert_f=expert_f, expert_b=expert_b + replay_expert,
+        dense_mlp_f=dense_mlp_f, dense_mlp_b=dense_mlp_b + replay_dense,
         combine_post_f=cpost, combine_post_b=_BWD_MEM * cpost,
         a2a=a2a_cost(inputs, cluster, cal, d),
         embed_f=embed_f, embed_b=embed_b, head_f=head_f, head_b=head_b,

@@ -243,6 +243,7 @@ class StepInputs:
     high_priority_a2a: bool = False
     recompute: bool = False  # full activation recompute
     delay_wgrad: bool = False  # MCore delay_wgrad_compute (acts with overlap on only)
+    recompute_modules: tuple[str, ...] = ()  # selective recompute (MCore recompute_modules); () = none
     overlap_grad_reduce: bool = True
     defaults_used: tuple[str, ...] = field(default=(), compare=False)
 
@@ -383,6 +384,10 @@ class StepInputs:
             used.append("attention_mask_in_batch")
         window, windowed = _window(s, num_layers)
         recompute = s.get("recompute")
+        selective: tuple[str, ...] = ()
+        if s.get("recompute_granularity") == "selective":
+            listed = s.get("recompute_modules")  # None: MCore's default, core_attn (transformer_config.py:1763)
+            selective = tuple(str(x) for x in listed) if isinstance(listed, (list, tuple)) else ("core_attn",)
         if recompute is None:
             recompute = s.get("recompute_granularity") == "full"
 
@@ -406,6 +411,7 @@ class StepInputs:
             high_priority_a2a=bool(get("high_priority_a2a_comm_stream")),
             recompute=bool(recompute), overlap_grad_reduce=bool(get("overlap_grad_reduce")),
             delay_wgrad=bool(s.get("delay_wgrad_compute")),  # absent: MCore's default, off
+            recompute_modules=selective,
             defaults_used=tuple(dict.fromkeys(used)),
         )
 
@@ -422,7 +428,7 @@ MODEL_FIELDS = (
     "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size", "context_parallel_size",
     "expert_model_parallel_size", "expert_tensor_parallel_size", "moe_token_dispatcher_type",
     "moe_flex_dispatcher_backend", "transformer_impl", "high_priority_a2a_comm_stream", "recompute_granularity",
-    "window_size", "window_attn_skip_freq", "delay_wgrad_compute",
+    "window_size", "window_attn_skip_freq", "delay_wgrad_compute", "recompute_modules",
 )
 TRAIN_FIELDS = ("micro_batch_size", "global_batch_size")
 
