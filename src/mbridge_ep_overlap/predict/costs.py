@@ -18,7 +18,8 @@ calibration of another cluster scales it by its ``gemm_efficiency`` over the shi
 one constant cannot hold both Qwen3-30B-A3B's small GEMMs and DeepSeek-V3's large ones. The two
 calibrated efficiencies are fitted on the GPU the calibration was measured on
 (``calibration.json``); pass counts of the memory-bound kernels are fixed constants
-(``_PASSES``), not fitted. All-to-all time = latency + max(bytes inside the NVLink domain /
+(``_PASSES``), not fitted. Sliding-window layers shorten fused attention; selectively recomputed
+modules (``REPLAYED_MODULES``) add their forward to their backward node. All-to-all time = latency + max(bytes inside the NVLink domain /
 its bandwidth, bytes leaving it / the NIC bandwidth) for the dispatcher's traffic pattern.
 
 Stdlib only; loads ``hardware.json`` and ``calibration.json`` from this package's folder.

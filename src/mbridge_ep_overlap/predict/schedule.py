@@ -27,6 +27,9 @@ The order of nodes is the order Megatron-Core 0.19.2 issues them (file and line 
   behind the expert-MLP forward / attention backward of the other microbatch. Dispatch and
   combine are created on the comm stream, everything else on the compute stream (lines
   160-163);
+* with ``delay_wgrad_compute`` the expert wgrad (``b_layer.mlp.backward_dw()``, line 266) runs after
+  the dispatch forward and the attention / shared-expert wgrad after the attention backward (line
+  293), both outside the microbatch's event chain (``Costs.expert_wgrad`` / ``attn_wgrad``);
 * nodes of one microbatch share one CUDA event (``pipeline_parallel/utils.py:207``), so each
   microbatch's nodes run in issue order across both streams; nodes of the two microbatches only
   meet at stream order;
