@@ -175,7 +175,8 @@ REAL_REFUSALS = [
     (r"^(qwen3_235b_a22b_pretrain_64gpu_gb[23]00_(fp8mx|fp8cs|nvfp4|bf16)|deepseek_v3_pretrain_(64gpu_h100|128gpu_vr200))",
      tuple(WAYS), {"expert-world-divisible"},
      "EP x ETP x PP exceeds the world: MCore's initialize_model_parallel raises at job start"),
-    (r"^(deepseek_v3_pretrain_256gpu_b200_(bf16|fp8cs|fp8mx_large_scale)|qwen3_235b_a22b_pretrain_(256|64)gpu_)", ON,
+    (r"^(deepseek_v3_pretrain_256gpu_b200_(bf16|fp8cs|fp8mx_large_scale)|qwen3_235b_a22b_pretrain_(256|64)gpu_"
+     r"|gpt_oss_120b_pretrain_64gpu_h100_)", ON,
      {"pp-needs-vpp"}, "pipeline parallelism without a virtual pipeline: MCore's combined 1F1B needs interleaving"),
     (r"_partial_cg_dev_config$", tuple(WAYS),
      {"upstream: virtual_pipeline_model_parallel_size conflicts with pipeline_model_parallel_layout"},
@@ -184,6 +185,15 @@ REAL_REFUSALS = [
      "the base recipe sets moe_hybridep_num_sms, this one adds moe_deepep_num_sms"),
     (lambda cfg: cfg.model.moe_paged_stash, ("alltoall",), {"upstream: moe_expert_rank_capacity_factor requires"},
      "moe_paged_stash needs a per-rank capacity factor, which MCore accepts only with hybridep or ncclep"),
+    (r"^gpt_oss_20b_", tuple(WAYS),
+     {"upstream: --data-cache-path must be provided when using --dataloader-fast-cache-load"},
+     "the GPT-OSS 20B perf recipes set dataset.fast_cache_load (perf_recipes/gpt_oss/common.py) and no "
+     "data_cache_path: MB's finalize asserts until the launch passes one"),
+    (r"^gpt_oss_20b_pretrain_8gpu_vr200_fp8mx_config$", ON, {"ep-size"},
+     "EP 1: there is no expert-parallel all-to-all to overlap"),
+    (r"_ncclep_config$", ("own", "off"), {"ncclep-capacity-factor"},
+     "MCore's NCCL-EP buffer needs a capacity factor at model build (moe/token_dispatcher.py:1563), whatever "
+     "the overlap"),
     (r"^qwen3_30b_a3b_pretrain_16gpu_gb200_fp8mx_paged_stash_dev_config$", ("own",),
      {"upstream: moe_expert_rank_capacity_factor"}, "MCore refuses the recipe's capacity factor as the recipe sets it"),
 ]

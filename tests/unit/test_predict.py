@@ -55,6 +55,80 @@ H100_16 = Cluster(gpu="h100", num_gpus=16)
 
 
 # --- contract ---------------------------------------------------------------------------------
+def test_delayed_wgrad_moves_the_wgrad_beside_the_dispatch_backward():
+    """MCore's delay_wgrad_compute: the same work, only reordered (overlap off is unchanged); on a
+    comm-bound shape the dispatch backward no longer waits for the expert wgrad GEMMs."""
+    from mbridge_ep_overlap.predict.costs import layer_costs
+
+    base = _moe(num_microbatches=8)
+    delayed = base.with_(delay_wgrad=True)
+    cal = default_calibration()
+    c0, c1 = layer_costs(base, H100_16, cal), layer_costs(delayed, H100_16, cal)
+    assert (c0.expert_wgrad, c0.attn_wgrad) == (0.0, 0.0) and 0 < c1.expert_wgrad < c1.expert_b
+    assert 0 < c1.attn_wgrad < c1.attn_b + c1.moe_pre_b
+    local = layer_costs(delayed.with_(transformer_impl="local"), H100_16, cal)  # backward_dw() is a no-op there
+    assert (local.expert_wgrad, local.attn_wgrad) == (0.0, 0.0)
+    p0, p1 = predict(base, H100_16), predict(delayed, H100_16)
+    assert p1.off_step_s == pytest.approx(p0.off_step_s)
+    assert p1.on_step_s < p0.on_step_s
+    from types import SimpleNamespace as NS
+
+    from mbridge_ep_overlap.predict.inputs import from_config
+
+    cfg = _cfg()
+    cfg.comm_overlap = NS(delay_wgrad_compute=True)  # before finalize copies it into the model
+    assert from_config(cfg, 16).delay_wgrad and from_config(_cfg(delay_wgrad_compute=True), 16).delay_wgrad
+    assert not from_config(_cfg(), 16).delay_wgrad
+
+
+def test_selective_recompute_replays_each_listed_module_in_its_backward():
+    """MCore recompute_modules: None is its default core_attn, [] recomputes nothing; each listed module's
+    forward is added to its own backward node; "moe" is not modelled and is said so."""
+    from mbridge_ep_overlap.predict.config import unmodelled
+    from mbridge_ep_overlap.predict.costs import layer_costs
+    from mbridge_ep_overlap.predict.inputs import from_config
+
+    sel = dict(recompute_granularity="selective")
+    assert from_config(_cfg(**sel, recompute_modules=None), 16).recompute_modules == ("core_attn",)
+    assert from_config(_cfg(**sel, recompute_modules=[]), 16).recompute_modules == ()
+    assert from_config(_cfg(recompute_modules=["moe_act"]), 16).recompute_modules == ()  # not selective
+    cal, base = default_calibration(), _moe()
+    c0 = layer_costs(base, H100_16, cal)
+    attn = layer_costs(base.with_(recompute_modules=("core_attn", "layernorm")), H100_16, cal)
+    act = layer_costs(base.with_(recompute_modules=("moe_act",)), H100_16, cal)
+    assert attn.attn_b > c0.attn_b and attn.expert_b == c0.expert_b and attn.attn_f == c0.attn_f
+    assert act.expert_b > c0.expert_b and act.attn_b == c0.attn_b
+    cfg = _cfg(**sel, recompute_modules=["moe", "moe_act"])
+    assert [line for line in unmodelled(cfg, from_config(cfg, 16)) if "recompute" in line] == \
+        ["selective recompute of ['moe']: its replay time (memory is modelled)"]
+
+
+def test_sliding_window_layers_follow_mcore_and_cost_less_only_when_fused():
+    """MCore's is_layer_window_attention (1-based: an int N keeps every N-th layer full, a list marks
+    the windowed ones); a window shortens fused attention only, never below window + one key tile."""
+    from mbridge_ep_overlap.predict.costs import layer_costs
+
+    s = {"num_layers": 36, "hidden_size": 2880, "num_attention_heads": 64, "num_query_groups": 8, "kv_channels": 64,
+         "seq_length": 4096, "micro_batch_size": 4, "global_batch_size": 1280, "num_moe_experts": 128,
+         "moe_router_topk": 4, "moe_ffn_hidden_size": 2880, "expert_model_parallel_size": 64}
+    assert StepInputs.from_summary(s, num_gpus=64).windowed_layers == 0
+    w = StepInputs.from_summary({**s, "window_size": (127, 0), "window_attn_skip_freq": 2}, num_gpus=64)
+    assert (w.attention_window, w.windowed_layers) == (127, 18)
+    assert StepInputs.from_summary({**s, "window_size": (127, 0), "window_attn_skip_freq": 3},
+                                   num_gpus=64).windowed_layers == 24
+    assert StepInputs.from_summary({**s, "window_size": (127, 0), "window_attn_skip_freq": [1, 0] * 18},
+                                   num_gpus=64).windowed_layers == 18
+    assert StepInputs.from_summary({**s, "window_size": (127, 0)}, num_gpus=64).windowed_layers == 36
+    full = StepInputs.from_summary(s, num_gpus=64)
+    cal, gb = default_calibration(), Cluster(gpu="gb200", num_gpus=64)
+    t_full, t_win = layer_costs(full, gb, cal).attn_f, layer_costs(w, gb, cal).attn_f
+    assert t_win < t_full
+    everywhere = w.with_(windowed_layers=36, attention_window=4095)  # a window as long as the sequence
+    assert layer_costs(everywhere, gb, cal).attn_f == pytest.approx(t_full)  # capped at causal
+    local = dict(transformer_impl="local")
+    assert layer_costs(w.with_(**local), gb, cal).attn_f == layer_costs(full.with_(**local), gb, cal).attn_f
+
+
 def test_package_imports_only_the_standard_library():
     allowed = set(sys.stdlib_module_names)
     for path in PKG.glob("*.py"):

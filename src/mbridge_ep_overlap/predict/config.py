@@ -16,8 +16,8 @@ Contract
   failure to predict (unknown GPU, a config the model does not cover - malformed or out-of-range
   values, sizes no run can have, arithmetic out of range -, a dispatcher without a bandwidth model)
   is ``CannotPredict`` with the reason, never another exception.
-* What the model does not represent (``unmodelled(cfg, inputs)``): CUDA graphs, selective recompute's
-  replay time, delayed wgrad's reordering, shared-expert overlap, BF16 first/last layers, TF32 GEMMs;
+* What the model does not represent (``unmodelled(cfg, inputs)``): CUDA graphs, the replay time of a
+  selectively recomputed "moe" or "gdn_norm_out" (the other modules' replay is costed), shared-expert overlap, BF16 first/last layers, TF32 GEMMs;
   each is one "not modelled: ..." line of ``lines()`` and lowers ``confidence`` from "validated"
   (BF16 on the calibrated GPU kind, ``validation``'s check rows) to "provisional" (another GPU kind or
   an FP8-class precision whose efficiency is not yet measured) or "low" (anything not modelled).
@@ -38,7 +38,7 @@ from typing import Any, Iterable, Mapping
 
 from ..base.gpus import match
 from .cluster_calibration import SCALE_OUT, with_scale_out
-from .costs import Calibration, domain_size, hardware
+from .costs import REPLAYED_MODULES, Calibration, domain_size, hardware
 from .inputs import Cluster, StepInputs, from_config
 from . import memory
 from .costs import linear_rate
@@ -231,12 +231,9 @@ def unmodelled(cfg: Any, inputs: StepInputs) -> tuple[str, ...]:
         scope = get("cuda_graph_scope")
         out.append(f"CUDA graphs (cuda_graph_impl={impl}{f', scope {scope}' if scope else ''}): the launch time "
                    "they save (their buffers are estimated in memory)")
-    if get("recompute_granularity") == "selective":
-        out.append(f"selective recompute of {get('recompute_modules') or ['core_attn']}: its replay time "
-                   "(memory is modelled)")
-    co = getattr(cfg, "comm_overlap", None)
-    if getattr(co, "delay_wgrad_compute", None) or get("delay_wgrad_compute"):
-        out.append("delayed wgrad (delay_wgrad_compute): the moved expert weight-gradient GEMMs")
+    unreplayed = [m for m in inputs.recompute_modules if m not in REPLAYED_MODULES]
+    if unreplayed:
+        out.append(f"selective recompute of {unreplayed}: its replay time (memory is modelled)")
     if get("moe_shared_expert_overlap"):
         out.append("moe_shared_expert_overlap: the shared expert on the communication stream")
     mp = getattr(cfg, "mixed_precision", None)

@@ -18,7 +18,8 @@ calibration of another cluster scales it by its ``gemm_efficiency`` over the shi
 one constant cannot hold both Qwen3-30B-A3B's small GEMMs and DeepSeek-V3's large ones. The two
 calibrated efficiencies are fitted on the GPU the calibration was measured on
 (``calibration.json``); pass counts of the memory-bound kernels are fixed constants
-(``_PASSES``), not fitted. All-to-all time = latency + max(bytes inside the NVLink domain /
+(``_PASSES``), not fitted. Sliding-window layers shorten fused attention; selectively recomputed
+modules (``REPLAYED_MODULES``) add their forward to their backward node. All-to-all time = latency + max(bytes inside the NVLink domain /
 its bandwidth, bytes leaving it / the NIC bandwidth) for the dispatcher's traffic pattern.
 
 Stdlib only; loads ``hardware.json`` and ``calibration.json`` from this package's folder.
@@ -56,6 +57,9 @@ _PASSES = {
     "optimizer_bytes_per_param": 30.0,  # Adam, fp32 master + m + v read/write, bf16 param write
     "grad_accum_bytes_per_param_local": 10.0,  # unfused main_grad accumulation per microbatch
 }
+# selectively recomputed modules whose replay layer_costs adds to their backward node
+REPLAYED_MODULES = frozenset({"core_attn", "layernorm", "mla_up_proj", "shared_experts", "moe_act", "mlp"})
+_ATTN_KEY_TILE = 128  # keys per tile of the fused attention kernels (FlashAttention / cuDNN block size; assumed)
 _BWD_GEMM = 2.0  # dgrad + wgrad
 _BWD_MEM = 2.0
 _BWD_ATTN = {"local": 2.0, "transformer_engine": 2.5}  # flash backward recomputes the scores
@@ -191,6 +195,10 @@ class Costs:
     host_per_microbatch: float  # host stall at each microbatch start (compute stream idle)
     sync_per_dispatch: bool  # the dispatcher makes the CPU wait for the GPU in dispatch forward
     dispatch_sync_s: float  # host time after that wait before the GPU gets new work (DeepEP)
+    # with delay_wgrad_compute (overlap on only): the weight-gradient GEMM part of expert_b and of
+    # attn_b + moe_pre_b that MCore runs as a separate step (``backward_dw``); 0 without it
+    expert_wgrad: float = 0.0
+    attn_wgrad: float = 0.0
 
 
 def _links(inputs: StepInputs, cluster: Cluster, cal: Calibration) -> tuple[LinkSpec, LinkSpec]:
@@ -338,6 +346,14 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
         ng = i.num_query_groups
         attn_lin_t = lambda: lin(2 * T * h * (nh * kv + 2 * ng * kv)) + lin(2 * T * nh * kv * h)  # noqa: E731
         core = 4 * T * S * nh * kv * causal
+        if i.attention_window and impl == "transformer_engine" and i.windowed_layers:
+            # sliding window (fused attention skips key tiles outside it): each query computes its
+            # window plus the partly masked key tile at the window's edge, never more than causal;
+            # averaged over the layers (the replay runs one layer cost). The local path computes
+            # the whole masked square, so it saves nothing there.
+            keys = min(S * causal, i.attention_window + 1 + _ATTN_KEY_TILE)
+            frac = i.windowed_layers / i.num_layers
+            core = core * (1 - frac) + 4 * T * keys * nh * kv * frac
         rope_elems = T * (nh + ng) * kv * 2
         attn_params = h * (nh * kv + 2 * ng * kv) + nh * kv * h
         score_heads = nh
@@ -392,6 +408,19 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
     dense_mlp_f = t_dense + lin_mem(dense_q) + mem(dense_mem)
     dense_mlp_b = (_BWD_GEMM * t_dense + _BWD_MEM * lin_mem(dense_q) + _BWD_MEM * mem(dense_mem)
                    + mem(dense_params * grad_acc))
+
+    # selective recompute (MCore recompute_modules): each listed module's forward runs again inside
+    # the backward node it belongs to. "moe" (the whole MoE forward, all-to-alls included) and
+    # "gdn_norm_out" are not modelled (config.unmodelled lists them).
+    sel = set(i.recompute_modules)
+    replay_attn = (attn_core_f if "core_attn" in sel else 0.0) \
+        + (mem(4 * T * h * b) if "layernorm" in sel else 0.0)  # input and pre-MLP norms: read + write
+    if "mla_up_proj" in sel and i.multi_latent_attention:
+        up = (2 * T * q_in * nh * dqk if q_in else 0.0) + 2 * T * i.kv_lora_rank * nh * ((i.qk_head_dim or 128) + dv)
+        replay_attn += lin(up, 2 if q_in else 1) + mem(rope_elems * b)
+    replay_pre = t_shared + mem(3 * T * shared * b) if "shared_experts" in sel and shared else 0.0
+    replay_expert = mem(3 * k * T * F * b) if "moe_act" in sel else 0.0  # fused GLU: reads 2 x ffn, writes 1
+    replay_dense = dense_mlp_f if "mlp" in sel else 0.0
 
     # output layer + loss, embedding
     V = i.vocab_size
@@ -449,9 +478,9 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
     if d in ("deepep", "hybridep"):
         sync = bool(hardware()["flex_dispatchers"][d]["cpu_sync_per_dispatch"])
     return Costs(
-        attn_f=attn_f_common, attn_b=attn_b_common, moe_pre_f=moe_pre_f, moe_pre_b=moe_pre_b,
-        expert_f=expert_f, expert_b=expert_b,
-        dense_mlp_f=dense_mlp_f, dense_mlp_b=dense_mlp_b,
+        attn_f=attn_f_common, attn_b=attn_b_common + replay_attn, moe_pre_f=moe_pre_f, moe_pre_b=moe_pre_b + replay_pre,
+        expert_f=expert_f, expert_b=expert_b + replay_expert,
+        dense_mlp_f=dense_mlp_f, dense_mlp_b=dense_mlp_b + replay_dense,
         combine_post_f=cpost, combine_post_b=_BWD_MEM * cpost,
         a2a=a2a_cost(inputs, cluster, cal, d),
         embed_f=embed_f, embed_b=embed_b, head_f=head_f, head_b=head_b,
@@ -463,5 +492,9 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
         # published model only
         dispatch_sync_s=(cal.deepep_dispatch_sync_s
                          if d == "deepep" and ep_layout(inputs, cluster)[1] == 1 and i.ep <= 8 else 0.0),
+        # the wgrad GEMMs take as long as the forward GEMMs (dgrad and wgrad: _BWD_GEMM = 2); only TE
+        # linears defer them - the local layers' backward_dw() is a no-op (core/rules/delay_wgrad.py)
+        expert_wgrad=t_expert if i.delay_wgrad and impl == "transformer_engine" else 0.0,
+        attn_wgrad=t_attn_lin + t_shared if i.delay_wgrad and impl == "transformer_engine" else 0.0,
     )
 

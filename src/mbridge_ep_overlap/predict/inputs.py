@@ -190,7 +190,8 @@ _VALUE_RANGES: tuple[tuple[tuple[str, ...], int, bool], ...] = (
     (("num_dense_layers", "mtp_num_layers"), 0, False),
     (("vpp",), 1, True),
     (("moe_shared_expert_intermediate_size", "ffn_hidden_size", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
-      "qk_pos_emb_head_dim", "v_head_dim"), 0, True),  # None or 0: the model's own default (costs.py)
+      "qk_pos_emb_head_dim", "v_head_dim", "attention_window"), 0, True),  # None or 0: the model's own default
+    (("windowed_layers",), 0, False),
 )
 
 
@@ -220,6 +221,10 @@ class StepInputs:
     qk_head_dim: int | None = None
     qk_pos_emb_head_dim: int | None = None
     v_head_dim: int | None = None
+    # sliding-window attention (GPT-OSS): keys before each query (MCore window_size[0]) on
+    # ``windowed_layers`` of the layers (MCore is_layer_window_attention); None / 0 = full attention
+    attention_window: int | None = None
+    windowed_layers: int = 0
     # parallel sizes
     tp: int = 1
     pp: int = 1
@@ -237,6 +242,8 @@ class StepInputs:
     attention_mask_in_batch: bool = False  # a dense [s, s] mask travels with every microbatch
     high_priority_a2a: bool = False
     recompute: bool = False  # full activation recompute
+    delay_wgrad: bool = False  # MCore delay_wgrad_compute (acts with overlap on only)
+    recompute_modules: tuple[str, ...] = ()  # selective recompute (MCore recompute_modules); () = none
     overlap_grad_reduce: bool = True
     defaults_used: tuple[str, ...] = field(default=(), compare=False)
 
@@ -265,6 +272,8 @@ class StepInputs:
                              f"2**63 - 1 ({shown(tokens)}): no run has that many")
         if self.num_dense_layers > self.num_layers:
             raise ValueError("num_dense_layers > num_layers")
+        if self.windowed_layers > self.num_layers:
+            raise ValueError("windowed_layers > num_layers")
         if self.num_moe_experts % self.ep:
             raise ValueError(f"num_moe_experts {self.num_moe_experts} not divisible by ep {self.ep}")
 
@@ -373,7 +382,12 @@ class StepInputs:
         if mask is None:
             mask = impl == "local"  # the local (unfused) attention path consumes a dense mask
             used.append("attention_mask_in_batch")
+        window, windowed = _window(s, num_layers)
         recompute = s.get("recompute")
+        selective: tuple[str, ...] = ()
+        if s.get("recompute_granularity") == "selective":
+            listed = s.get("recompute_modules")  # None: MCore's default, core_attn (transformer_config.py:1763)
+            selective = tuple(str(x) for x in listed) if isinstance(listed, (list, tuple)) else ("core_attn",)
         if recompute is None:
             recompute = s.get("recompute_granularity") == "full"
 
@@ -390,11 +404,14 @@ class StepInputs:
             mtp_num_layers=_int("mtp_num_layers", get("mtp_num_layers") or 0, 0),
             **{k: _opt_int(k, s.get(k)) for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim",
                                                    "qk_pos_emb_head_dim", "v_head_dim")},
+            attention_window=window, windowed_layers=windowed,
             tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, num_microbatches=nmb,
             bytes_per_element=nbytes, gemm_precision=str(gemm), dispatcher=str(dispatcher), transformer_impl=str(impl),
             attention_mask_in_batch=bool(mask),
             high_priority_a2a=bool(get("high_priority_a2a_comm_stream")),
             recompute=bool(recompute), overlap_grad_reduce=bool(get("overlap_grad_reduce")),
+            delay_wgrad=bool(s.get("delay_wgrad_compute")),  # absent: MCore's default, off
+            recompute_modules=selective,
             defaults_used=tuple(dict.fromkeys(used)),
         )
 
@@ -411,6 +428,7 @@ MODEL_FIELDS = (
     "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size", "context_parallel_size",
     "expert_model_parallel_size", "expert_tensor_parallel_size", "moe_token_dispatcher_type",
     "moe_flex_dispatcher_backend", "transformer_impl", "high_priority_a2a_comm_stream", "recompute_granularity",
+    "window_size", "window_attn_skip_freq", "delay_wgrad_compute", "recompute_modules",
 )
 TRAIN_FIELDS = ("micro_batch_size", "global_batch_size")
 
@@ -433,6 +451,9 @@ def from_config(cfg: Any, world_size: int | None, *, precision: str | None = Non
     train = getattr(cfg, "train", None)
     s.update({name: getattr(train, name, None) for name in TRAIN_FIELDS})
     s["overlap_grad_reduce"] = getattr(getattr(cfg, "ddp", None), "overlap_grad_reduce", None)
+    # MB copies comm_overlap.delay_wgrad_compute into the model at finalize: either says it
+    s["delay_wgrad_compute"] = bool(s["delay_wgrad_compute"]
+                                    or getattr(getattr(cfg, "comm_overlap", None), "delay_wgrad_compute", None))
     # MB's batch carries a dense [s, s] mask when the dataset creates one (training/utils/batch_utils.py)
     s["attention_mask_in_batch"] = getattr(getattr(cfg, "dataset", None), "create_attention_mask", None)
     precision = precision or _precision(cfg)
@@ -444,6 +465,26 @@ def from_config(cfg: Any, world_size: int | None, *, precision: str | None = Non
     s.update({k: assume[k] for k in assumed})  # type: ignore[index]
     inputs = StepInputs.from_summary(s, num_gpus=world_size)
     return replace(inputs, defaults_used=tuple(dict.fromkeys((*inputs.defaults_used, *assumed))))
+
+
+def _window(s: Mapping[str, Any], num_layers: int) -> tuple[int | None, int]:
+    """(keys before each query, windowed layers) from MCore's ``window_size`` ((left, right) or
+    left) and ``window_attn_skip_freq`` as ``transformer/utils.py:is_layer_window_attention`` reads
+    them (1-based layer numbers: an int N makes every N-th layer full attention, a list marks the
+    windowed layers, None windows every layer); (None, 0) without a window."""
+    if s.get("attention_window") is not None:
+        return _opt_int("attention_window", s["attention_window"]), _int("windowed_layers", s.get("windowed_layers", 0), 0)
+    w = s.get("window_size")
+    if not w:
+        return None, 0
+    left = _int("window_size", w[0] if isinstance(w, (list, tuple)) else w, 0)
+    freq = s.get("window_attn_skip_freq")
+    if freq is None:
+        return left, num_layers
+    if isinstance(freq, (list, tuple)):
+        return left, sum(1 for x in freq[:num_layers] if x)
+    freq = _int("window_attn_skip_freq", freq)
+    return left, num_layers - num_layers // freq
 
 
 def _precision(cfg: Any) -> str | None:

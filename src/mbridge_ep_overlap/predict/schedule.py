@@ -27,6 +27,9 @@ The order of nodes is the order Megatron-Core 0.19.2 issues them (file and line 
   behind the expert-MLP forward / attention backward of the other microbatch. Dispatch and
   combine are created on the comm stream, everything else on the compute stream (lines
   160-163);
+* with ``delay_wgrad_compute`` the expert wgrad (``b_layer.mlp.backward_dw()``, line 266) runs after
+  the dispatch forward and the attention / shared-expert wgrad after the attention backward (line
+  293), both outside the microbatch's event chain (``Costs.expert_wgrad`` / ``attn_wgrad``);
 * nodes of one microbatch share one CUDA event (``pipeline_parallel/utils.py:207``), so each
   microbatch's nodes run in issue order across both streams; nodes of the two microbatches only
   meet at stream order;
@@ -175,12 +178,17 @@ def _emit(p: _Prog, c: Costs, fk: str | None, bk: str | None, fdep: int, bdep: i
         d = c.attn_f + c.tp_comm_f + (c.moe_pre_f if f_moe else 0.0) + (c.mtp_extra_f if fk == "mtp" else 0.0)
         attn_f = fdep = p.add(COMP, d, K_COMP, fdep)
     if bk is not None:
-        bdep = p.add(COMP, c.expert_b if b_moe else c.dense_mlp_b, K_COMP, bdep)
+        bdep = p.add(COMP, c.expert_b - c.expert_wgrad if b_moe else c.dense_mlp_b, K_COMP, bdep)
     if fk is not None and f_moe:
         sync: tuple[int, ...] = (attn_f,) if c.sync_per_dispatch else ()
         if sync_comm and c.sync_per_dispatch:
             sync = (attn_f, p.last_on[COMM])
         fdep = p.add(COMM, a2a, K_A2A, fdep, sync=sync, kappa=kap, sigma=sig, sync_cost=c.dispatch_sync_s)
+    if bk is not None and b_moe and c.expert_wgrad:
+        # delayed wgrad (line 266 b_layer.mlp.backward_dw): the expert wgrad GEMMs run on the compute
+        # stream outside the microbatch's event chain, so the dispatch backward below waits only
+        # for the dgrad (models/common/utils.py backward_dw records no event)
+        p.add(COMP, c.expert_wgrad, K_COMP, -1)
     if bk is not None and b_moe:
         bdep = p.add(COMM, a2a, K_A2A, bdep, kappa=kap, sigma=sig)
     if fk is not None:
@@ -190,7 +198,11 @@ def _emit(p: _Prog, c: Costs, fk: str | None, bk: str | None, fdep: int, bdep: i
             fdep = p.add(COMM, c.combine_post_f, K_POST, fdep)
     if bk is not None:
         d = c.attn_b + c.tp_comm_b + (c.moe_pre_b if b_moe else 0.0) + (c.mtp_extra_b if bk == "mtp" else 0.0)
-        bdep = p.add(COMP, d, K_COMP, bdep)
+        bdep = p.add(COMP, d - (c.attn_wgrad if b_moe else 0.0), K_COMP, bdep)
+        if b_moe and c.attn_wgrad:
+            # pre_dispatch_computation.backward_dw (line 293): attention and shared-expert wgrad after
+            # the attention dgrad, outside the chain (the next layer's combine backward need not wait)
+            p.add(COMP, c.attn_wgrad, K_COMP, -1)
     return fdep, bdep
 
 
