@@ -11,7 +11,8 @@ on the last; split into parts:
 
 * ``parameters`` - BF16 weights of the stage's layers (attention and dense parts / TP, experts /
   (EP x ETP), router replicated), ``gradients`` - the DDP main-grad buffer (FP32 when
-  ``grad_reduce_in_fp32``, else BF16), ``optimizer`` - Adam's FP32 master weights and two moments,
+  ``grad_reduce_in_fp32``, else BF16), ``optimizer`` - Adam's master weights and two moments (FP32, or
+  the precision-aware optimizer's dtypes),
   divided by the data-parallel group (dense: DP x CP, experts: the expert-data-parallel group) with
   the distributed optimizer, not without it; ``optimizer_offload_fraction`` of it on the host.
 * ``activations`` - per layer and microbatch, the tensors Megatron-Core 0.19.2 saves for backward
@@ -71,6 +72,10 @@ class MemoryOptions:
     """Megatron-FSDP (``ddp.use_megatron_fsdp``): parameters and gradients sharded like the optimizer state."""
     grad_reduce_in_fp32: bool = True
     optimizer_offload_fraction: float = 0.0
+    optimizer_state_bytes: float = 12.0
+    """Bytes of Adam state per parameter: FP32 master weight and two FP32 moments; with
+    ``use_precision_aware_optimizer`` the sizes of ``main_params_dtype``, ``exp_avg_dtype`` and
+    ``exp_avg_sq_dtype`` (MCore's precision-aware optimizer stores each in its own dtype)."""
     recompute_granularity: str | None = None
     recompute_method: str | None = None
     recompute_num_layers: int | None = None
@@ -83,6 +88,9 @@ class MemoryOptions:
     tied_embeddings: bool = False
     deepep_num_sms: int = 20
     fused_cross_entropy: bool = False
+    softmax_in_fp32: bool = False
+    """``attention_softmax_in_fp32`` with the unfused masked softmax (local attention): an FP32 copy of the
+    probabilities is saved beside the BF16 ones."""
     pipeline_layout: str | None = None  # model.pipeline_model_parallel_layout (MCore's string form)
 
     @classmethod
@@ -105,6 +113,9 @@ class MemoryOptions:
             grad_reduce_in_fp32=bool(grad32),
             optimizer_offload_fraction=float(get(opt, "optimizer_offload_fraction", 0.0) or 0.0)
             if get(opt, "optimizer_cpu_offload", False) else 0.0,
+            optimizer_state_bytes=sum(_dtype_bytes(get(opt, f)) for f in ("main_params_dtype", "exp_avg_dtype",
+                                                                            "exp_avg_sq_dtype"))
+            if get(opt, "use_precision_aware_optimizer", False) else 12.0,
             recompute_granularity=get(model, "recompute_granularity"),
             recompute_method=get(model, "recompute_method"), recompute_num_layers=get(model, "recompute_num_layers"),
             recompute_modules=tuple(str(m) for m in modules) if isinstance(modules, (list, tuple)) else (),
@@ -113,9 +124,17 @@ class MemoryOptions:
             delay_wgrad=bool(get(co, "delay_wgrad_compute") or get(model, "delay_wgrad_compute")),
             tied_embeddings=bool(get(model, "share_embeddings_and_output_weights")),
             fused_cross_entropy=bool(get(model, "cross_entropy_loss_fusion")),
+            softmax_in_fp32=bool(get(model, "attention_softmax_in_fp32") and not get(model, "masked_softmax_fusion")),
             pipeline_layout=_layout_text(get(model, "pipeline_model_parallel_layout")),
             deepep_num_sms=int(get(model, "moe_flex_num_sms", None) or get(model, "moe_deepep_num_sms", None) or 20),
         )
+
+
+def _dtype_bytes(dtype: Any) -> int:
+    """Bytes per element of an optimizer-state dtype (``torch.float32`` / ``torch.bfloat16`` / ``torch.uint8``
+    or their names); FP32 when unset."""
+    name = str(dtype or "float32").rsplit(".", 1)[-1]
+    return 1 if "8" in name and "16" not in name else 2 if "16" in name else 4
 
 
 def _layout_text(layout: Any) -> str | None:
@@ -204,10 +223,19 @@ def _activations(i: StepInputs, o: MemoryOptions, recomputed: bool) -> dict[str,
     # projection's input too: one tensor, plus its quantized copy under FP8-class recipes)
     # MLA with mla_up_proj recompute: the up-projected q, k, v are released after attention's forward
     # (CheckpointWithoutOutput) and recomputed from the latents, which are kept
+    local = i.transformer_impl == "local" and not i.multi_latent_attention
+    if local:
+        # MCore's local DotProductAttention repeat_interleaves k and v to every query head (GQA) and the
+        # baddbmm / bmm save the expanded copies
+        kv_el = 2 * nh * kv
     qkv = 0.0 if (i.multi_latent_attention and "mla_up_proj" in mods) else q_el + kv_el
     attn = 2 * T * h + ln_out + 2 * T * (qkv + out_el) + (T * out_el if low else 0.0) + up
     if i.transformer_impl == "local" and "core_attn" not in mods:
-        attn += i.micro_batch_size * (nh / i.tp) * (i.seq_length / i.cp) * i.seq_length * 2 * 2  # scores + softmax
+        # local attention keeps one [b, np, s, s] tensor: the softmax output, saved by softmax's backward
+        # and by the bmm with v. The baddbmm's scores are not kept (its backward needs q and k only) and
+        # masked_fill saves its boolean mask; FP32 softmax (unfused) adds the FP32 probabilities
+        per_score = 2 + (4 if o.softmax_in_fp32 else 0)
+        attn += i.micro_batch_size * (nh / i.tp) * (i.seq_length / i.cp) * i.seq_length * per_score
     else:
         attn += T * nh * 4 * 2  # flash attention's softmax statistics (fp32)
     # MoE: its input (residual) + norm output (router and shared-expert input) + router probabilities
@@ -345,7 +373,8 @@ def predict_memory(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> MemoryP
         if o.megatron_fsdp:  # sharded over the data-parallel groups (dense over DP x CP, experts over expert DP)
             shard = dense_part / dp_dense + experts / dp_expert
             weights, grads = 2 * shard, (4 if o.grad_reduce_in_fp32 else 2) * shard
-        state = 12 * (dense_part / dp_dense + experts / dp_expert) if o.distributed_optimizer else 12 * params
+        b = o.optimizer_state_bytes
+        state = b * (dense_part / dp_dense + experts / dp_expert) if o.distributed_optimizer else b * params
         state *= 1 - o.optimizer_offload_fraction
         n_layers = layers_moe + layers_dense + mtp
         rec = 0.0
@@ -369,6 +398,12 @@ def predict_memory(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> MemoryP
         # cross entropy), an FP32 copy and its softmax without the fusion
         per_logit = 4 if o.fused_cross_entropy else 10
         logits = i.tokens_per_gpu * i.vocab_size * per_logit if last else 0.0
+        if last and v == 1:
+            # combined 1F1B on the stage with the loss: a step runs the backward microbatch's loss and
+            # output layer first (model_chunk_schedule_plan.py run(): post_process.backward), which frees
+            # its logits, then the layer pairs, then the forward microbatch's loss last
+            # (post_process.forward): the extra layer in flight and the logits are never held together
+            extra = max(0.0, extra - logits)
         graphs = 0.0
         # full_iteration graphs allocate the activations themselves in their pool (counted above);
         # scoped graphs keep static input / output buffers per graphed layer and microbatch in flight
