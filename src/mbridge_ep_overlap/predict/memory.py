@@ -11,19 +11,23 @@ on the last; split into parts:
 
 * ``parameters`` - BF16 weights of the stage's layers (attention and dense parts / TP, experts /
   (EP x ETP), router replicated), ``gradients`` - the DDP main-grad buffer (FP32 when
-  ``grad_reduce_in_fp32``, else BF16), ``optimizer`` - Adam's FP32 master weights and two moments,
+  ``grad_reduce_in_fp32``, else BF16), ``optimizer`` - Adam's master weights and two moments (FP32, or
+  the precision-aware optimizer's dtypes),
   divided by the data-parallel group (dense: DP x CP, experts: the expert-data-parallel group) with
   the distributed optimizer, not without it; ``optimizer_offload_fraction`` of it on the host.
 * ``activations`` - per layer and microbatch, the tensors Megatron-Core 0.19.2 saves for backward
-  with TE layers (flash attention: no [s, s] scores; local layers add the score and softmax tensors),
-  GEMM inputs in one byte under FP8-class recipes; times the layers in flight: overlap off one
+  with TE layers (flash attention: no [s, s] scores; local attention adds its softmax output and
+  GQA-expanded k / v; unfused SwiGLU and qk-layernorm inputs where configured), GEMM inputs in one
+  byte under FP8-class recipes; times the layers in flight: overlap off one
   microbatch without PP, PP microbatches on the first stage with PP, the interleaved warm-up's
   ``2(pp-1) + (vpp-1)pp + 1`` model chunks with VPP; overlap on pairs each forward layer with a
   backward layer (combined 1F1B: one more layer in flight, its attention part released early with
-  ``ep_overlap_early_attn_memory_release``) and with VPP warms up one chunk more
+  ``ep_overlap_early_attn_memory_release``; on the loss stage without VPP only what exceeds the
+  logits, which a combined step frees before its layer pairs) and with VPP warms up one chunk more
   (``schedules.py:939``); delayed wgrad keeps one layer's expert GEMM inputs longer. Full recompute
   keeps each recomputed layer's input only, selective recompute drops the modules it replays.
-* ``logits`` (last stage: BF16 output + FP32 loss copy), ``dispatcher_buffers`` (DeepEP: its NVLink
+* ``logits`` (last stage: BF16 output + FP32 loss copy, which the unfused loss turns into its
+  softmax), ``dispatcher_buffers`` (DeepEP: its NVLink
   and RDMA buffers, ``num_sms / 2`` channels x peers x chunked tokens x hidden bytes, the shape of
   DeepEP's ``get_nvl_buffer_size_hint`` that MCore's ``fused_a2a.get_buffer`` asks for; HybridEP:
   dispatch and combine buffers of ``max_num_of_tokens_per_rank`` tokens for every rank of the NVLink
@@ -56,8 +60,8 @@ FRAGMENTATION = 0.05  # assumed: caching-allocator reserve above the allocated p
 NEAR = 0.90  # the advice threshold: predicted above this share of the GPU's memory
 MODEL_ERROR = 0.25
 """How far above the GPU's memory a prediction must be before it refuses: the model's error bound. Checked
-against measured peaks (docs/prediction.md, 2026-12-01, 1x H200) it was within +5% on the TE stack and up
-to +17% on the local stack, and the CUDA-graph buffers of large recipes are an unmeasured estimate; a
+against measured peaks (docs/prediction.md, 2026-12-01, 1x H200) it is within 3% on both stacks as the
+check table predicts them, 12% under for the TE proxy recipe's own fusions, and the CUDA-graph buffers of large recipes are an unmeasured estimate; a
 prediction within this margin over the memory is advice, not a refusal (NVIDIA's own recipes run there)."""
 SELECTIVE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj")
 
@@ -71,6 +75,10 @@ class MemoryOptions:
     """Megatron-FSDP (``ddp.use_megatron_fsdp``): parameters and gradients sharded like the optimizer state."""
     grad_reduce_in_fp32: bool = True
     optimizer_offload_fraction: float = 0.0
+    optimizer_state_bytes: float = 12.0
+    """Bytes of Adam state per parameter: FP32 master weight and two FP32 moments; with
+    ``use_precision_aware_optimizer`` the sizes of ``main_params_dtype``, ``exp_avg_dtype`` and
+    ``exp_avg_sq_dtype`` (MCore's precision-aware optimizer stores each in its own dtype)."""
     recompute_granularity: str | None = None
     recompute_method: str | None = None
     recompute_num_layers: int | None = None
@@ -83,6 +91,15 @@ class MemoryOptions:
     tied_embeddings: bool = False
     deepep_num_sms: int = 20
     fused_cross_entropy: bool = False
+    fused_activation: bool = True
+    """``bias_activation_fusion`` or ``use_te_activation_func``: the fused (weighted) SwiGLU saves its input;
+    unfused, MCore's ``glu`` also keeps ``x_linear + glu_linear_offset``, ``silu(x_glu)`` and their product."""
+    qk_layernorm: bool = False
+    """``qk_layernorm``: the q / k norms save their inputs: a copy of q, and k (local: a view keeping the whole
+    QKV projection output alive; TE: a contiguous copy)."""
+    softmax_in_fp32: bool = False
+    """``attention_softmax_in_fp32`` with the unfused masked softmax (local attention): an FP32 copy of the
+    probabilities is saved beside the BF16 ones."""
     pipeline_layout: str | None = None  # model.pipeline_model_parallel_layout (MCore's string form)
 
     @classmethod
@@ -105,6 +122,9 @@ class MemoryOptions:
             grad_reduce_in_fp32=bool(grad32),
             optimizer_offload_fraction=float(get(opt, "optimizer_offload_fraction", 0.0) or 0.0)
             if get(opt, "optimizer_cpu_offload", False) else 0.0,
+            optimizer_state_bytes=sum(_dtype_bytes(get(opt, f)) for f in ("main_params_dtype", "exp_avg_dtype",
+                                                                            "exp_avg_sq_dtype"))
+            if get(opt, "use_precision_aware_optimizer", False) else 12.0,
             recompute_granularity=get(model, "recompute_granularity"),
             recompute_method=get(model, "recompute_method"), recompute_num_layers=get(model, "recompute_num_layers"),
             recompute_modules=tuple(str(m) for m in modules) if isinstance(modules, (list, tuple)) else (),
@@ -113,9 +133,19 @@ class MemoryOptions:
             delay_wgrad=bool(get(co, "delay_wgrad_compute") or get(model, "delay_wgrad_compute")),
             tied_embeddings=bool(get(model, "share_embeddings_and_output_weights")),
             fused_cross_entropy=bool(get(model, "cross_entropy_loss_fusion")),
+            fused_activation=bool(get(model, "bias_activation_fusion") or get(model, "use_te_activation_func")),
+            qk_layernorm=bool(get(model, "qk_layernorm")),
+            softmax_in_fp32=bool(get(model, "attention_softmax_in_fp32") and not get(model, "masked_softmax_fusion")),
             pipeline_layout=_layout_text(get(model, "pipeline_model_parallel_layout")),
             deepep_num_sms=int(get(model, "moe_flex_num_sms", None) or get(model, "moe_deepep_num_sms", None) or 20),
         )
+
+
+def _dtype_bytes(dtype: Any) -> int:
+    """Bytes per element of an optimizer-state dtype (``torch.float32`` / ``torch.bfloat16`` / ``torch.uint8``
+    or their names); FP32 when unset."""
+    name = str(dtype or "float32").rsplit(".", 1)[-1]
+    return 1 if "8" in name and "16" not in name else 2 if "16" in name else 4
 
 
 def _layout_text(layout: Any) -> str | None:
@@ -204,10 +234,25 @@ def _activations(i: StepInputs, o: MemoryOptions, recomputed: bool) -> dict[str,
     # projection's input too: one tensor, plus its quantized copy under FP8-class recipes)
     # MLA with mla_up_proj recompute: the up-projected q, k, v are released after attention's forward
     # (CheckpointWithoutOutput) and recomputed from the latents, which are kept
+    local = i.transformer_impl == "local" and not i.multi_latent_attention
+    if local:
+        # MCore's local DotProductAttention repeat_interleaves k and v to every query head (GQA) and the
+        # baddbmm / bmm save the expanded copies
+        kv_el = 2 * nh * kv
     qkv = 0.0 if (i.multi_latent_attention and "mla_up_proj" in mods) else q_el + kv_el
+    if o.qk_layernorm and not i.multi_latent_attention:
+        # the q / k norms save their inputs (get_query_key_value_tensors): q is a reshaped copy of its
+        # slice of the QKV projection's output; k is a view of that output, which the local (torch)
+        # norm saves as it is, keeping the whole projection output alive, while TE's norm saves a
+        # contiguous copy of k. The normed, rotated q and k are new tensors (counted above)
+        qkv += nh * kv + (nh * kv + 2 * ng * kv if local else ng * kv)
     attn = 2 * T * h + ln_out + 2 * T * (qkv + out_el) + (T * out_el if low else 0.0) + up
     if i.transformer_impl == "local" and "core_attn" not in mods:
-        attn += i.micro_batch_size * (nh / i.tp) * (i.seq_length / i.cp) * i.seq_length * 2 * 2  # scores + softmax
+        # local attention keeps one [b, np, s, s] tensor: the softmax output, saved by softmax's backward
+        # and by the bmm with v. The baddbmm's scores are not kept (its backward needs q and k only) and
+        # masked_fill saves its boolean mask; FP32 softmax (unfused) adds the FP32 probabilities
+        per_score = 2 + (4 if o.softmax_in_fp32 else 0)
+        attn += i.micro_batch_size * (nh / i.tp) * (i.seq_length / i.cp) * i.seq_length * per_score
     else:
         attn += T * nh * 4 * 2  # flash attention's softmax statistics (fp32)
     # MoE: its input (residual) + norm output (router and shared-expert input) + router probabilities
@@ -215,15 +260,20 @@ def _activations(i: StepInputs, o: MemoryOptions, recomputed: bool) -> dict[str,
     # MCore 0.19.2 applies the probabilities in the experts' activation (experts.py permuted_probs), so
     # the unpermute keeps no FC2 output (an index scatter)
     expert_in = k * T * (h + F) * gemm_in
+    # unfused SwiGLU: x_linear + glu_linear_offset, silu(x_glu) and their product (the probabilities'
+    # multiply input) beside the FC1 output (MCore moe/experts.py bias_act_func, mlp.py glu)
+    glu = 2 if o.fused_activation else 5
     moe = 2 * T * h + (0.0 if "layernorm" in mods else 2 * T * h) + 4 * T * E * 2 + 4 * k * T \
-        + (0.0 if "moe_act" in mods else k * T * 2 * F * 2) + expert_in
+        + (0.0 if "moe_act" in mods else k * T * glu * F * 2) + expert_in
     shared = i.moe_shared_expert_intermediate_size or 0
     if shared and "shared_experts" not in mods:
         moe += T * (2 * shared * 2 + shared * gemm_in)
     if "moe" in mods:
         moe = 2 * T * h
     Fd = i.ffn_hidden_size or 4 * h
-    dense = 2 * T * h if "mlp" in mods else 2 * T * h + ln_out + T * 2 * Fd * 2 + T * Fd * gemm_in
+    # dense MLP unfused: x_linear + offset and silu(x_glu) (their product is FC2's input)
+    dense = 2 * T * h if "mlp" in mods else 2 * T * h + ln_out + T * (2 if o.fused_activation else 4) * Fd * 2 \
+        + T * Fd * gemm_in
     return {"attn": attn, "moe": moe, "dense": dense, "expert_inputs": expert_in}
 
 
@@ -345,7 +395,8 @@ def predict_memory(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> MemoryP
         if o.megatron_fsdp:  # sharded over the data-parallel groups (dense over DP x CP, experts over expert DP)
             shard = dense_part / dp_dense + experts / dp_expert
             weights, grads = 2 * shard, (4 if o.grad_reduce_in_fp32 else 2) * shard
-        state = 12 * (dense_part / dp_dense + experts / dp_expert) if o.distributed_optimizer else 12 * params
+        b = o.optimizer_state_bytes
+        state = b * (dense_part / dp_dense + experts / dp_expert) if o.distributed_optimizer else b * params
         state *= 1 - o.optimizer_offload_fraction
         n_layers = layers_moe + layers_dense + mtp
         rec = 0.0
@@ -366,9 +417,17 @@ def predict_memory(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> MemoryP
             if o.delay_wgrad:
                 extra += a_full["expert_inputs"]
         # BF16 logits kept for the loss's backward (+ its gradient, written in the forward by the fused
-        # cross entropy), an FP32 copy and its softmax without the fusion
-        per_logit = 4 if o.fused_cross_entropy else 10
+        # cross entropy); without the fusion the BF16 logits and their FP32 copy, which MCore's
+        # VocabParallelCrossEntropy turns into the softmax in place (-= max, exp(out=), div_) and saves,
+        # its backward writing the gradient into it in place (then cast to BF16): 2 + 4 bytes at the peak
+        per_logit = 4 if o.fused_cross_entropy else 6
         logits = i.tokens_per_gpu * i.vocab_size * per_logit if last else 0.0
+        if last and v == 1:
+            # combined 1F1B on the stage with the loss: a step runs the backward microbatch's loss and
+            # output layer first (model_chunk_schedule_plan.py run(): post_process.backward), which frees
+            # its logits, then the layer pairs, then the forward microbatch's loss last
+            # (post_process.forward): the extra layer in flight and the logits are never held together
+            extra = max(0.0, extra - logits)
         graphs = 0.0
         # full_iteration graphs allocate the activations themselves in their pool (counted above);
         # scoped graphs keep static input / output buffers per graphed layer and microbatch in flight
