@@ -6,7 +6,8 @@ Reads each text source once, as a stream (``sources.lines``): every line is trie
 signatures' patterns (one combined expression first, so a large log costs one search a line), fed to
 the iteration reader (numerics) and kept, boundedly, when it looks like a failure. Crashes are read
 with the crash readers the launcher shares (``crashes.rank_crashes`` over the crash reports captured while
-streaming); faulthandler files, facts and watchdog events per ``base.run_files``; flight-recorder
+streaming); faulthandler files, facts and watchdog events per ``base.run_files``; the timeout lines of NCCL's
+watchdog, DeepEP and HybridEP for the collective or op, the ranks and the usual causes ranked (``timeouts``); flight-recorder
 dumps with torch's analyzer (``flight_recorder``), the diverging collective's frames placed in the
 schedule (``schedule``); a hang says which MoE layer each rank was last in when a watchdog event carries
 it, and that the layer is not in the evidence otherwise. ``AssertionError`` / ``ValueError`` /
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import collective_stacks, crashes, flight_recorder, native_checks, prediction, schedule, upstream_checks
+from . import collective_stacks, crashes, flight_recorder, native_checks, prediction, schedule, timeouts, upstream_checks
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -64,6 +65,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     raised = upstream_checks.RaisedErrors()
     natives = native_checks.NativeChecks()
     stacks = collective_stacks.CollectiveStacks()
+    timed_out = timeouts.TimeoutLines()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -83,6 +85,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             raised.feed(text, where)
             natives.feed(text, where)
             stacks.feed(text, where)
+            timed_out.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -113,6 +116,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _predicted_gain(paths, findings)
     _hang_layer(ev, findings)
     _hang_step(ev, series, stacks, findings)
+    timed_out.details(findings)
 
     for f in findings.values():
         if f.signature.rule and f.signature.facts_pass and ev.facts:

@@ -46,6 +46,11 @@ class Signature:
     corpus_report: str | None = None
     """For text of packages not installed here (DeepEP, NVSHMEM, TE kernels): the id of the failure report
     (``tests/unit/fixtures/failure_reports``) whose verbatim log holds ``emitted``; its URL is ``source``."""
+    quote: str = ""
+    """For text of a package not installed here: the upstream source line that prints or raises it, verbatim
+    (a ``printf`` / ``throw`` / ``EP_HOST_ASSERT`` line); the parity test checks that it renders ``emitted``."""
+    quoted_at: str = ""
+    """Where ``quote`` is: ``owner/repo@commit:file:line``."""
     generic: bool = False
     found_by: str = "patterns"
     """What recognises it: "patterns" (a line of text), or the reader of structured evidence that
