@@ -32,7 +32,8 @@ _NCCL = re.compile(r"Rank (?P<rank>\d+)\]\s*Watchdog caught collective operation
 _HYBRID = re.compile(r"HYBRID-EP ALLGATHER TIMEOUT:SM (?P<sm>\d+) \[\d+\]:expecting (?P<expected>\d+) got (?P<got>\d+)")
 _DEEPEP_CPU = re.compile(r"DeepEP error: timeout \((?P<op>dispatch|combine) CPU\)")
 _DEEPEP_KERNEL = re.compile(r"DeepEP (?:timeout for (?P<op1>dispatch|combine) (?P<role1>senders|receivers)|"
-                            r"(?P<op2>dispatch|combine) (?P<role2>[\w ()]*?) ?timeout|RDMA sender coordinator timeout)"
+                            r"(?P<op2>dispatch|combine) (?P<role2>[\w ()]*?) ?timeout(?: (?P<paren>\([\w ]+\)))?|"
+                            r"RDMA sender coordinator timeout)"
                             r"(?P<rest>.*)")
 _RANK_FIELD = re.compile(r"\brank (\d+)|\bRDMA: (\d+), nvl: (\d+)")
 _ALL_TO_ALL = ("ALLTOALL", "ALLTOALL_BASE", "ALLTOALLV")
@@ -70,7 +71,7 @@ class TimeoutLines:
             self.deepep_cpu.add(m["op"])
         elif (m := _DEEPEP_KERNEL.search(text)) and len(self.deepep_kernel) < MAX_RECORDS:
             op = m["op1"] or m["op2"] or "dispatch"
-            role = (m["role1"] or m["role2"] or "RDMA sender coordinator").strip()
+            role = " ".join(x for x in (m["role1"] or m["role2"] or "RDMA sender coordinator", m["paren"]) if x)
             ranks = ", ".join(f"rank {r}" if r else f"RDMA rank {a}, NVLink rank {b}"
                               for r, a, b in _RANK_FIELD.findall(m["rest"] or "")[:1])
             self.deepep_kernel.append((op, role, ranks))
@@ -151,6 +152,11 @@ class TimeoutLines:
              "a peer rank did not enter the same dispatch/combine (it diverged or died first)")])
 
 
+SURENESS = ("likely", "possible", "less likely")
+
+
 def _ranked(what: str, causes: list[tuple[str, str]]) -> list[str]:
+    """The causes ordered by how sure the evidence makes them (stable within one degree)."""
+    ordered = sorted(causes, key=lambda c: SURENESS.index(c[0]))
     return [f"{what}; usual causes, most likely first:"] + [f"  {i}. ({sure}) {text}" for i, (sure, text) in
-                                                           enumerate(causes, 1)]
+                                                           enumerate(ordered, 1)]
