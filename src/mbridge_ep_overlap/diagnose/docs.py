@@ -200,7 +200,8 @@ def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN
                 "verbatim logs). The signatures were first written from the `dev` reports only, the `holdout` reports "
                 "read only to measure; the developer has read the `holdout` reports and both sets below from "
                 f"{READ_FROM} on, so their numbers are recomputed, no longer blind. *Expected* is the signature "
-                "whose cause is the maintainers' cause (`-`: no signature names it); *named* is the top cause `diagnose` gives for the report's log.", ""]
+                "whose cause is the maintainers' cause (`-`: no signature names it); *named* is the top cause "
+                "`diagnose` gives for the report's log.", ""]
         for split in ("dev", "holdout"):
             hits, total = hit_rate(rows, split)
             out.append(f"- **{split}:** names the maintainers' cause in {hits} of {total} reports whose cause is "
