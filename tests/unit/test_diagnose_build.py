@@ -82,6 +82,52 @@ def test_loader_missing_library_names_the_library(lib):
     assert BY_ID[sig_id].emitted[0].replace(lib.soname_example, missing) == text
 
 
+@pytest.mark.parametrize("lib", [lib for lib in LIBRARIES if lib.symbols], ids=lambda lib: lib.key)
+def test_loader_undefined_symbol_names_the_library(lib, tmp_path):
+    """An extension linked against a symbol of the library that the process does not have: built here with the
+    compiler (undefined symbols are allowed in a shared object) and loaded, so the loader says it."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler on this machine to build the extension")
+    (tmp_path / "ext.c").write_text(f"extern int {lib.symbol_example}(void);\nint call(void) {{ return {lib.symbol_example}(); }}\n")
+    so = tmp_path / "ext_for_test.so"
+    subprocess.run([cc, "-shared", "-fPIC", str(tmp_path / "ext.c"), "-o", str(so)], check=True, capture_output=True,
+                   timeout=60)
+    with pytest.raises(OSError) as raised:
+        ctypes.CDLL(str(so))
+    text = f"ImportError: {raised.value}"
+    sig_id = f"{lib.key}-symbol-not-found"
+    assert claimed(text) == [sig_id], text
+    assert top(text) == sig_id
+    assert text.endswith(BY_ID[sig_id].emitted[0].rsplit(".so: ", 1)[1])
+
+
+def test_a_torch_or_libstdcxx_symbol_is_not_claimed_by_a_library_row():
+    torch_symbol = "ImportError: /x/te.so: undefined symbol: _ZN3c104cuda9SetDeviceEi"
+    assert claimed(torch_symbol) == ["extension-built-for-other-torch"]
+    mangled = "ImportError: /x/deep_ep_cpp.so: undefined symbol: _Z18nvshmemx_init_attrjP19nvshmemx_init_attr_t"
+    assert claimed(mangled) == ["nvshmem-symbol-not-found"]
+
+
+def test_nvshmem_ibgda_transport_text_is_in_the_installed_transport():
+    transport = SITE / "nvidia" / "nvshmem" / "lib" / "nvshmem_transport_ibgda.so.3"
+    if not transport.is_file():
+        pytest.skip("nvidia-nvshmem is not installed here")
+    data = transport.read_bytes()
+    sig = BY_ID["nvshmem-ibgda-transport-failed"]
+    path, _, message = sig.emitted[0].partition(":2234: NULL value ")
+    assert path.encode() in data and b"%s:%d: NULL value " in data and message.encode() in data
+    assert claimed(sig.emitted[0]) == [sig.id]
+
+
+def test_the_installed_nvshmem_device_library_defines_the_ibgda_state():
+    """The IBGDA signature's fix (an NVSHMEM built with IBGDA, as the wheels are): the wheel's device library has it."""
+    device = SITE / "nvidia" / "nvshmem" / "lib" / "libnvshmem_device.a"
+    if not device.is_file():
+        pytest.skip("nvidia-nvshmem is not installed here")
+    assert b"nvshmemi_ibgda_device_state_d" in device.read_bytes()
+
+
 def test_cuda_error_strings_are_the_runtime_s():
     if not CUDART.is_file():
         pytest.skip("the CUDA runtime wheel is not installed here")
@@ -96,7 +142,8 @@ def test_cuda_error_strings_are_the_runtime_s():
 
 def test_every_triggered_signature_is_triggered_here():
     covered = ({f"{lib.key}-header-not-found" for lib in LIBRARIES}
-               | {f"{lib.key}-library-not-found" for lib in LIBRARIES if lib.sonames} | {"kernels-not-built-for-this-gpu"})
+               | {f"{lib.key}-library-not-found" for lib in LIBRARIES if lib.sonames}
+               | {f"{lib.key}-symbol-not-found" for lib in LIBRARIES if lib.symbols} | {"kernels-not-built-for-this-gpu"})
     assert {s.id for s in SIGS if TRIGGERED in s.source} == covered
 
 

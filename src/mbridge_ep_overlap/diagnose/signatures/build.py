@@ -3,11 +3,12 @@ that the compiler or the dynamic loader cannot find, a device symbol the link st
 kernels that were not built for the GPU the run is on.
 
 The text is the toolchain's, not a report's: GCC's ``fatal error: HEADER: No such file or directory``
-(nvcc passes its host compiler's through), glibc's ``NAME: cannot open shared object file``, nvlink's
+(nvcc passes its host compiler's through), glibc's ``NAME: cannot open shared object file`` and
+``undefined symbol: SYMBOL``, nvlink's
 ``Undefined reference to 'SYMBOL'`` and the CUDA runtime's error strings (``cudaGetErrorString``). Which
 library a header or a shared object belongs to is one table, ``LIBRARIES``, so a build of any extension
 (DeepEP, Transformer Engine, grouped_gemm, apex) that misses NVSHMEM, rdma-core, gdrcopy, NCCL or the CUDA
-toolkit's C++ libraries is named by the library and its usual fix, whichever file of it is missing.
+toolkit's C++ libraries is named by the library and its usual fix, whichever file or symbol of it is missing.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class Library:
     fix: str
     header_example: str
     soname_example: str = ""
+    symbols: str = ""
+    """Regular expression of the start of its exported C symbols ('' where none are recognisable)."""
+    symbol_example: str = ""
 
 
 LIBRARIES = (
@@ -47,18 +51,18 @@ LIBRARIES = (
             r"lib(?:nvshmem(?:_host|_device)?|nvshmem_bootstrap\w*)\.so[.\d]*",
             "point the build at an NVSHMEM installation (NVSHMEM_DIR=... for DeepEP, or pip install nvidia-nvshmem-cu12 / "
             "-cu13 matching the CUDA major) and make its lib folder visible at run time (LD_LIBRARY_PATH)",
-            "nvshmem.h", "libnvshmem_host.so.3"),
+            "nvshmem.h", "libnvshmem_host.so.3", r"nvshmemx?i?_", "nvshmemx_init_attr"),
     Library("rdma-core", "rdma-core (libibverbs / mlx5 user-space verbs)", r"infiniband/(?:verbs|mlx5dv|verbs_api)\.h",
             r"lib(?:ibverbs|mlx5|rdmacm)\.so[.\d]*",
             "install rdma-core's development and runtime packages in the image (libibverbs-dev / rdma-core-devel, "
             "ibverbs-providers); NVSHMEM's IB transports and DeepEP's IBGDA need them",
-            "infiniband/mlx5dv.h", "libmlx5.so.1"),
+            "infiniband/mlx5dv.h", "libmlx5.so.1", r"(?:ibv_|mlx5dv_)", "mlx5dv_devx_umem_reg"),
     Library("gdrcopy", "gdrcopy", r"gdrapi\.h", r"libgdrapi\.so[.\d]*",
             "install gdrcopy (the user library and, on the host, its gdrdrv kernel module) or build NVSHMEM without it",
-            "gdrapi.h", "libgdrapi.so.2"),
+            "gdrapi.h", "libgdrapi.so.2", r"gdr_", "gdr_pin_buffer"),
     Library("nccl", "NCCL", r"nccl(?:_net|_device)?\.h", r"libnccl\.so[.\d]*",
             "use the NCCL torch ships (nvidia-nccl-cu12 / -cu13) or set NCCL_HOME / LD_LIBRARY_PATH to one installation",
-            "nccl.h", "libnccl.so.2"),
+            "nccl.h", "libnccl.so.2", r"nccl[A-Z]", "ncclCommInitRankScalable"),
     Library("cuda-toolkit", "the CUDA toolkit", r"(?:cuda_runtime(?:_api)?|cuda|cuda_bf16|cuda_fp8|cublas_v2|cusparse)\.h",
             r"lib(?:cudart|cublas|cublasLt|cuda)\.so[.\d]*",
             "set CUDA_HOME to a CUDA toolkit of the same major version as torch's (torch.version.cuda) and put its "
@@ -78,6 +82,21 @@ def _missing_header(lib: Library) -> Signature:
         confidence=0.85, versions="any build")
 
 
+def _missing_symbol(lib: Library) -> Signature:
+    return Signature(
+        id=f"{lib.key}-symbol-not-found", symptom="install",
+        patterns=(rf"undefined symbol: (?:_Z\w*?)?{lib.symbols}\w*",),
+        cause=f"A compiled extension was built against a version of {lib.name} whose symbol the library loaded at "
+              f"run time does not export: another version of it is found first (LD_LIBRARY_PATH, a second copy in the "
+              f"image or a wheel), or it is not loaded at all.",
+        fix=lib.fix + "; the build and the run must see the same version (`ldd` on the extension's .so shows which "
+            "one the loader picks)",
+        source=_LOADER,
+        emitted=(f"ImportError: /usr/local/lib/python3.12/dist-packages/deep_ep_cpp.cpython-312-x86_64-linux-gnu.so: "
+                 f"undefined symbol: {lib.symbol_example}",),
+        confidence=0.8, versions="any compiled extension")
+
+
 def _missing_library(lib: Library) -> Signature:
     return Signature(
         id=f"{lib.key}-library-not-found", symptom="install",
@@ -89,8 +108,9 @@ def _missing_library(lib: Library) -> Signature:
         confidence=0.85, versions="any")
 
 
-SIGNATURES = tuple(_missing_header(lib) for lib in LIBRARIES) + tuple(
-    _missing_library(lib) for lib in LIBRARIES if lib.sonames)
+SIGNATURES = (tuple(_missing_header(lib) for lib in LIBRARIES)
+              + tuple(_missing_library(lib) for lib in LIBRARIES if lib.sonames)
+              + tuple(_missing_symbol(lib) for lib in LIBRARIES if lib.symbols))
 
 _DEEPEP_AT = "deepseek-ai/DeepEP@9af0e0d0e74f3577af1979c9b9e1ac2cad0104ee"
 """DeepEP v1.2.1."""
