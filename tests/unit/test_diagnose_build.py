@@ -215,3 +215,41 @@ def test_deepep_cpu_timeout_ranks_a_diverged_peer_first():
 def test_an_abridged_fallback_warning_is_named():
     line = "DeepEP is only applicable to Ampere, Hopper, and Blackwell (B200/B300) GPUs ... Falling back to alltoall."
     assert top(line) == "deepep-fell-back-to-alltoall"
+
+
+# ---- fallback warnings of the installed MCore / MB source -------------------------------------------------------
+def test_every_in_scope_fallback_warning_of_the_installed_source_is_named():
+    from mbridge_ep_overlap.diagnose import upstream_fallbacks
+
+    found = upstream_fallbacks.warnings_in_source()
+    wheres = {f.where.rsplit(":", 1)[0] for f in found}
+    assert "megatron/core/transformer/moe/fused_a2a.py" in wheres
+    assert "megatron/bridge/training/flex_dispatcher_backend.py" in wheres
+    for f in found:
+        rendered = f.literal.replace("...", "X")
+        ids = diagnose(["-"], stdin=io.BytesIO(f"WARNING: {rendered}".encode())).cause_ids
+        assert ids, f.where
+        # the general reader names it, unless a hand-written signature already does (MB's flex fallbacks)
+        assert ids[0] == f"upstream-fallback:{f.where}" or not ids[0].startswith("upstream-fallback:"), (f.where, ids)
+        assert f.condition
+
+
+def test_fallback_warning_names_the_condition_it_is_issued_under():
+    line = ("UserWarning: Current DeepEP version does not support fused permute dispatch or "
+            "num_blocks_permute/num_blocks_unpermute. Falling back to unfused HybridEP dispatch.")
+    d = diagnose(["-"], stdin=io.BytesIO(line.encode()))
+    f = d.findings[0]
+    assert f.signature.id.startswith("upstream-fallback:megatron/core/transformer/moe/fused_a2a.py:")
+    assert f.signature.symptom == "fallback"
+    assert "issued when 'fuse_permute_dispatch' not in sig.parameters" in f.detail[0]
+
+
+def test_fallbacks_outside_moe_and_overlap_are_not_findings():
+    line = "UserWarning: Transformer Engine and Apex are not installed. Falling back to Torch optimizers."
+    assert diagnose(["-"], stdin=io.BytesIO(line.encode())).cause_ids == []
+
+
+def test_a_fallback_a_signature_names_is_not_named_twice():
+    line = "DeepEP is only applicable to Ampere, Hopper, and Blackwell (B200/B300) GPUs. Current GPU: NVIDIA GB200. " \
+           "Falling back to alltoall."
+    assert diagnose(["-"], stdin=io.BytesIO(line.encode())).cause_ids == ["deepep-fell-back-to-alltoall"]

@@ -17,7 +17,19 @@ def _still_flex(facts: dict) -> bool | None:
     return None if kind is None else kind == "flex"
 
 
+UPSTREAM_FALLBACK = Signature(
+    id="upstream-fallback", symptom="fallback", patterns=(),
+    cause="A warning of Megatron-Core or Megatron-Bridge that says the run goes on with a fallback (another "
+          "dispatcher, an unfused kernel, a feature disabled): the warning is found in the installed source, and "
+          "the condition it is issued under is why.",
+    fix="make the condition the source falls back on false ('the warning at FILE:LINE is issued when "
+        "CONDITION'), or accept the fallback knowingly",
+    source="installed:mbridge_ep_overlap/diagnose/upstream_fallbacks.py", emitted=(), confidence=0.7,
+    found_by="upstream-source",
+    versions="the installed megatron-core / megatron-bridge (their warnings, read from the source)")
+
 SIGNATURES = (
+    UPSTREAM_FALLBACK,
     Signature(
         id="deepep-fell-back-to-alltoall", symptom="fallback",
         patterns=(r"DeepEP is only applicable to Ampere, Hopper, and Blackwell \(B200/B300\) GPUs\b.*"
