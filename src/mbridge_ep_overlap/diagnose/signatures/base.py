@@ -19,6 +19,18 @@ SYMPTOMS = {
 }
 
 
+DEEPEP_AT = "deepseek-ai/DeepEP@9af0e0d0e74f3577af1979c9b9e1ac2cad0104ee"
+"""DeepEP v1.2.1, where the DeepEP source lines the signatures quote are (``Signature.quoted_at``)."""
+HYBRID_EP_AT = "deepseek-ai/DeepEP@94a9f8f6b146c07d97ec58f67cd6d303296d6098"
+"""DeepEP's hybrid-ep branch (HybridEP)."""
+
+
+def github_blob(at: str, path: str) -> str:
+    """The URL of ``path`` at ``owner/repo@commit``."""
+    repo, commit = at.split("@")
+    return f"https://github.com/{repo}/blob/{commit}/{path}"
+
+
 FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "crash", "runs", "upstream-source",
             "native-check")
 

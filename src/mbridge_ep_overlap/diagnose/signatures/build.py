@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Signature
+from .base import DEEPEP_AT, Signature
 
 TRIGGERED = "triggered in the parity test"
 """Said in ``source`` where the parity test makes the toolchain print the text on CPU."""
@@ -112,9 +112,6 @@ SIGNATURES = (tuple(_missing_header(lib) for lib in LIBRARIES)
               + tuple(_missing_library(lib) for lib in LIBRARIES if lib.sonames)
               + tuple(_missing_symbol(lib) for lib in LIBRARIES if lib.symbols))
 
-_DEEPEP_AT = "deepseek-ai/DeepEP@9af0e0d0e74f3577af1979c9b9e1ac2cad0104ee"
-"""DeepEP v1.2.1."""
-
 SIGNATURES += (
     Signature(
         id="nvshmem-built-without-ibgda", symptom="install",
@@ -126,7 +123,7 @@ SIGNATURES += (
         source="https://github.com/deepseek-ai/DeepEP/issues/55", corpus_report="deepep-55",
         emitted=("47.98 nvlink error   : Undefined reference to 'nvshmemi_ibgda_device_state_d' in "
                  "'/usr/src/DeepEP/build/temp.linux-x86_64-cpython-312/csrc/kernels/internode_ll.o'",),
-        quote="    return &nvshmemi_ibgda_device_state_d;", quoted_at=f"{_DEEPEP_AT}:csrc/kernels/ibgda_device.cuh:73",
+        quote="    return &nvshmemi_ibgda_device_state_d;", quoted_at=f"{DEEPEP_AT}:csrc/kernels/ibgda_device.cuh:73",
         confidence=0.9, rule="deepep-built-with-nvshmem", versions="DeepEP 1.x x NVSHMEM 3.x"),
     Signature(
         id="kernels-not-built-for-this-gpu", symptom="install",

@@ -4,7 +4,7 @@ own timeouts or as this library's progress watchdog with every rank's Python sta
 
 from __future__ import annotations
 
-from .base import Signature
+from .base import DEEPEP_AT, HYBRID_EP_AT, Signature, github_blob
 
 _STACKS_FIX = ("find the rank that diverged: `diagnose RUN_FOLDER` on a run launched by this library reads "
                "every rank's stack (watchdog) and the flight recorder; the rank that is not in the same "
@@ -69,11 +69,6 @@ SIGNATURES = (
         confidence=0.4, generic=True, versions="torch 2.x"),
 )
 
-_DEEPEP_AT = "deepseek-ai/DeepEP@9af0e0d0e74f3577af1979c9b9e1ac2cad0104ee"
-"""DeepEP v1.2.1."""
-_HYBRID_EP_AT = "deepseek-ai/DeepEP@94a9f8f6b146c07d97ec58f67cd6d303296d6098"
-"""DeepEP's hybrid-ep branch."""
-
 SIGNATURES += (
     Signature(
         id="hybridep-allgather-short", symptom="hang",
@@ -88,7 +83,7 @@ SIGNATURES += (
         source="https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/2012", corpus_report="megatron-bridge-2012",
         emitted=("HYBRID-EP ALLGATHER TIMEOUT:SM 13 [0]:expecting 5792 got 5791",),
         quote='          printf("HYBRID-EP ALLGATHER TIMEOUT:SM %d [%d]:expecting %llu got %llu\\n", blockIdx.x,',
-        quoted_at=f"{_HYBRID_EP_AT}:csrc/hybrid_ep/extension/allgather.cu:84",
+        quoted_at=f"{HYBRID_EP_AT}:csrc/hybrid_ep/extension/allgather.cu:84",
         confidence=0.8, versions="DeepEP hybrid-ep (HybridEP)"),
     Signature(
         id="deepep-kernel-timeout", symptom="hang",
@@ -100,10 +95,10 @@ SIGNATURES += (
         fix=_STACKS_FIX + "; the line names the role (sender, receiver, forwarder) and, for internode kernels, the "
             "RDMA and NVLink ranks: a forwarder or RDMA receiver stuck on every rank points at the network, one "
             "rank's sender at that rank",
-        source=f"https://github.com/{_DEEPEP_AT.split('@')[0]}/blob/{_DEEPEP_AT.split('@')[1]}/csrc/kernels/intranode.cu",
+        source=github_blob(DEEPEP_AT, "csrc/kernels/intranode.cu"),
         emitted=("DeepEP timeout for dispatch receivers, rank 3, responsible_channel = 5, tokens remained: 17",),
         quote='                    printf("DeepEP timeout for dispatch receivers, rank %d, responsible_channel = %d, '
               'tokens remained: %d\\n", rank, responsible_channel, num_tokens_to_recv);',
-        quoted_at=f"{_DEEPEP_AT}:csrc/kernels/intranode.cu:385",
+        quoted_at=f"{DEEPEP_AT}:csrc/kernels/intranode.cu:385",
         confidence=0.75, rule="deepep-built-with-nvshmem", versions="DeepEP 1.x kernels"),
 )

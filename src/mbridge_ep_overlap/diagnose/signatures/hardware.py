@@ -3,7 +3,7 @@ does not support (raised at finalize or model build, not a fallback)."""
 
 from __future__ import annotations
 
-from .base import Signature
+from .base import DEEPEP_AT, Signature, github_blob
 
 _FLEX = "installed:megatron/bridge/training/flex_dispatcher_backend.py"
 
@@ -56,11 +56,11 @@ SIGNATURES += (
               "buffer's assertion.",
         fix="keep the EP group within 160 ranks (expert_model_parallel_size x expert_tensor_parallel_size <= 160 "
             "for DeepEP's normal mode), use low-latency mode, or another dispatcher at that scale",
-        source="https://github.com/deepseek-ai/DeepEP/blob/9af0e0d0e74f3577af1979c9b9e1ac2cad0104ee/csrc/deep_ep.cpp",
+        source=github_blob(DEEPEP_AT, "csrc/deep_ep.cpp"),
         emitted=("RuntimeError: Failed: Assertion error /opt/DeepEP/csrc/deep_ep.cpp:29 '0 <= rank and rank < num_ranks "
                  "and (num_ranks <= NUM_MAX_NVL_PEERS * NUM_MAX_RDMA_PEERS or low_latency_mode)'",),
         quote="    EP_HOST_ASSERT(0 <= rank and rank < num_ranks and (num_ranks <= NUM_MAX_NVL_PEERS * NUM_MAX_RDMA_PEERS "
               "or low_latency_mode));",
-        quoted_at="deepseek-ai/DeepEP@9af0e0d0e74f3577af1979c9b9e1ac2cad0104ee:csrc/deep_ep.cpp:29",
+        quoted_at=f"{DEEPEP_AT}:csrc/deep_ep.cpp:29",
         confidence=0.9, versions="DeepEP 1.x normal mode (NUM_MAX_RDMA_PEERS 20)"),
 )
