@@ -32,7 +32,7 @@ def github_blob(at: str, path: str) -> str:
 
 
 FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "crash", "runs", "upstream-source",
-            "native-check")
+            "native-check", "traceback")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +70,8 @@ class Signature:
     "facts" (the effective facts every rank writes), "crash" (faulthandler / torchrun exit codes),
     "runs" (two runs' step times compared), "upstream-source" (an error's message found in the installed
     Megatron-Core / Megatron-Bridge source, ``diagnose.upstream_checks``), "native-check" (the line a
-    C++/CUDA check macro of Transformer Engine, DeepEP or torch's NCCL wrapper prints, ``diagnose.native_checks``)."""
+    C++/CUDA check macro of Transformer Engine, DeepEP or torch's NCCL wrapper prints, ``diagnose.native_checks``),
+    "traceback" (the ``assert`` line a traceback's innermost frame prints, ``diagnose.raise_frames``)."""
     facts_pass: Callable[[dict], bool | None] | None = field(default=None, compare=False)
     """From a rank's effective facts (``base.run_files.FACT_KEYS``): False when they show this failure's
     condition (which is then what ``rule`` refuses), True when they rule it out, None where they do not say.
