@@ -143,7 +143,8 @@ def test_cuda_error_strings_are_the_runtime_s():
 def test_every_triggered_signature_is_triggered_here():
     covered = ({f"{lib.key}-header-not-found" for lib in LIBRARIES}
                | {f"{lib.key}-library-not-found" for lib in LIBRARIES if lib.sonames}
-               | {f"{lib.key}-symbol-not-found" for lib in LIBRARIES if lib.symbols} | {"kernels-not-built-for-this-gpu"})
+               | {f"{lib.key}-symbol-not-found" for lib in LIBRARIES if lib.symbols}
+               | {"kernels-not-built-for-this-gpu", "cuda-toolkit-major-differs-from-torch", "cuda-toolkit-not-found"})
     assert {s.id for s in SIGS if TRIGGERED in s.source} == covered
 
 
@@ -253,3 +254,39 @@ def test_a_fallback_a_signature_names_is_not_named_twice():
     line = "DeepEP is only applicable to Ampere, Hopper, and Blackwell (B200/B300) GPUs. Current GPU: NVIDIA GB200. " \
            "Falling back to alltoall."
     assert diagnose(["-"], stdin=io.BytesIO(line.encode())).cause_ids == ["deepep-fell-back-to-alltoall"]
+
+
+# ---- torch's own checks when an extension is built -----------------------------------------------------------------
+def test_cuda_toolkit_of_another_major_is_named(tmp_path, monkeypatch):
+    import torch
+    from torch.utils import cpp_extension
+
+    if torch.version.cuda is None:
+        pytest.skip("this torch is not a CUDA build")
+    other = "12.4" if not torch.version.cuda.startswith("12.") else "13.0"
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {other}, V{other}.1'\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(tmp_path))
+    with pytest.raises(RuntimeError) as raised:
+        cpp_extension._check_cuda_version("g++", cpp_extension.TorchVersion("13.2"))
+    text = f"RuntimeError: {raised.value}"
+    assert claimed(text) == ["cuda-toolkit-major-differs-from-torch"], text
+    assert top(text) == "cuda-toolkit-major-differs-from-torch"
+
+
+def test_no_cuda_toolkit_is_named(monkeypatch):
+    from torch.utils import cpp_extension
+
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", None)
+    texts = []
+    with pytest.raises(RuntimeError) as raised:
+        cpp_extension._check_cuda_version("g++", cpp_extension.TorchVersion("13.2"))
+    texts.append(f"RuntimeError: {raised.value}")
+    with pytest.raises(OSError) as raised:
+        cpp_extension._join_cuda_home("bin", "nvcc")
+    texts.append(f"OSError: {raised.value}")
+    for text in texts:
+        assert claimed(text) == ["cuda-toolkit-not-found"], text
+    assert texts == list(BY_ID["cuda-toolkit-not-found"].emitted)

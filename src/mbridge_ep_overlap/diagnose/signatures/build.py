@@ -144,6 +144,37 @@ SIGNATURES += (
         confidence=0.75, versions="any compiled extension"),
 )
 
+_TORCH_BUILD = f"installed:torch/utils/cpp_extension.py (its extension build checks; {TRIGGERED})"
+
+SIGNATURES += (
+    Signature(
+        id="cuda-toolkit-major-differs-from-torch", symptom="install",
+        patterns=(r"The detected CUDA version \((?:%s|[\d.]+)\) mismatches the version that was used to compile",),
+        cause="An extension build (DeepEP, Transformer Engine, apex, ...) found a CUDA toolkit (CUDA_HOME's nvcc) of "
+              "another major version than the one torch was built with; torch's build refuses to mix them.",
+        fix="point CUDA_HOME at a CUDA toolkit of torch's major version (python -c 'import torch; "
+            "print(torch.version.cuda)'), or install the torch build for the toolkit you have",
+        source=_TORCH_BUILD,
+        emitted=("RuntimeError: ('The detected CUDA version (%s) mismatches the version that was used to compilePyTorch "
+                 "(%s). Please make sure to use the same CUDA versions.', '12.4', '13.0')",),
+        confidence=0.9, versions="torch 2.x"),
+    Signature(
+        id="cuda-toolkit-not-found", symptom="install",
+        patterns=(r"CUDA was not found on the system, please set the CUDA_HOME or the CUDA_PATH",
+                  r"CUDA_HOME environment variable is not set\. Please set it to your CUDA install root",
+                  r"nvcc not found at '[^']*'\. Ensure CUDA path"),
+        cause="An extension build found no CUDA toolkit (no CUDA_HOME / CUDA_PATH, or no nvcc under it): torch's "
+              "wheel ships the CUDA runtime, not the compiler, so building DeepEP or Transformer Engine from source "
+              "needs a toolkit installed.",
+        fix="install the CUDA toolkit of torch's major version and set CUDA_HOME to it (nvcc at $CUDA_HOME/bin/nvcc), "
+            "or use an image that has it (the NGC PyTorch containers)",
+        source=_TORCH_BUILD,
+        emitted=("RuntimeError: CUDA was not found on the system, please set the CUDA_HOME or the CUDA_PATHenvironment "
+                 "variable or add NVCC to your system PATH. The extension compilation will fail.",
+                 "OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root."),
+        confidence=0.9, versions="torch 2.x"),
+)
+
 CUDA_ERRORS = {"no kernel image is available for execution on the device": 209, "named symbol not found": 500,
                "invalid device function": 98}
 """The cudaError_t codes whose ``cudaGetErrorString`` the kernels-not-built signature matches (driver_types.h)."""
