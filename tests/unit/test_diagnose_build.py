@@ -290,3 +290,27 @@ def test_no_cuda_toolkit_is_named(monkeypatch):
     for text in texts:
         assert claimed(text) == ["cuda-toolkit-not-found"], text
     assert texts == list(BY_ID["cuda-toolkit-not-found"].emitted)
+
+
+# ---- out of memory ---------------------------------------------------------------------------------------------------
+def test_out_of_memory_text_is_the_allocator_s():
+    from mbridge_ep_overlap.diagnose.signatures.memory import OOM_PIECES
+
+    library = SITE / "torch" / "lib" / "libc10_cuda.so"
+    if not library.is_file():
+        pytest.skip("torch's CUDA allocator library is not installed here")
+    data = library.read_bytes()
+    line = BY_ID["cuda-out-of-memory"].emitted[0]
+    for piece in OOM_PIECES:
+        assert piece.encode() in data, piece
+        assert piece.strip() in line, piece
+    assert claimed(line) == ["cuda-out-of-memory"]
+
+
+def test_out_of_memory_says_fragmentation_or_use():
+    line = BY_ID["cuda-out-of-memory"].emitted[0]  # 16.20 GiB reserved but unallocated, 2.00 GiB asked
+    words = _detail(line, "cuda-out-of-memory")
+    assert "GPU 0: tried to allocate 2.00 GiB, 1.06 GiB free of 139.80 GiB" in words
+    assert "fragmentation" in words
+    used = line.replace("16.20 GiB is reserved", "120.00 MiB is reserved")
+    assert "memory really in use" in _detail(used, "cuda-out-of-memory")

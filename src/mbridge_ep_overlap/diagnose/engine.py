@@ -6,10 +6,10 @@ Reads each text source once, as a stream (``sources.lines``): every line is trie
 signatures' patterns (one combined expression first, so a large log costs one search a line), fed to
 the iteration reader (numerics) and kept, boundedly, when it looks like a failure. Crashes are read
 with the crash readers the launcher shares (``crashes.rank_crashes`` over the crash reports captured while
-streaming); faulthandler files, facts and watchdog events per ``base.run_files``; the timeout lines of NCCL's
-watchdog, DeepEP and HybridEP for the collective or op, the ranks and the usual causes ranked (``timeouts``); flight-recorder
-dumps with torch's analyzer (``flight_recorder``), the diverging collective's frames placed in the
-schedule (``schedule``); a hang says which MoE layer each rank was last in when a watchdog event carries
+streaming); faulthandler files, facts and watchdog events per ``base.run_files``; an out-of-memory message's
+numbers (``memory``); the timeout lines of NCCL's watchdog, DeepEP and HybridEP for the collective or
+op, the ranks and the usual causes ranked (``timeouts``); flight-recorder dumps with torch's analyzer
+(``flight_recorder``), the diverging collective's frames placed in the schedule (``schedule``); a hang says which MoE layer each rank was last in when a watchdog event carries
 it, and that the layer is not in the evidence otherwise. ``AssertionError`` / ``ValueError`` /
 ``RuntimeError`` lines no hand-written signature names are looked up in the installed Megatron-Core /
 Megatron-Bridge source (``upstream_checks``), by their message or, when the log has none, by the
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import collective_stacks, crashes, flight_recorder, native_checks, prediction, schedule, timeouts, upstream_checks, upstream_fallbacks
+from . import collective_stacks, crashes, flight_recorder, memory, native_checks, prediction, schedule, timeouts, upstream_checks, upstream_fallbacks
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -68,6 +68,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     stacks = collective_stacks.CollectiveStacks()
     timed_out = timeouts.TimeoutLines()
     fell_back = upstream_fallbacks.FallbackLines()
+    out_of_memory = memory.OutOfMemory()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -89,6 +90,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             stacks.feed(text, where)
             timed_out.feed(text, where)
             fell_back.feed(text, where)
+            out_of_memory.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -121,6 +123,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _hang_layer(ev, findings)
     _hang_step(ev, series, stacks, findings)
     timed_out.details(findings)
+    out_of_memory.details(findings)
 
     for f in findings.values():
         if f.signature.rule and f.signature.facts_pass and ev.facts:

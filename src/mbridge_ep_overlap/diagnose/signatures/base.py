@@ -16,6 +16,7 @@ SYMPTOMS = {
     "no-speedup": "no speed-up",
     "hardware": "unsupported hardware",
     "install": "install or build",
+    "oom": "out of memory",
 }
 
 

@@ -19,6 +19,9 @@ from .base import DEEPEP_AT, Signature
 
 TRIGGERED = "triggered in the parity test"
 """Said in ``source`` where the parity test makes the toolchain print the text on CPU."""
+ASSEMBLED = "assembled from its pieces"
+"""Said in ``source`` where the text is a message a binary builds from fixed pieces and numbers; the parity test
+checks each piece in the installed binary."""
 _COMPILER = f"installed:gcc (its missing-header error; {TRIGGERED})"
 _LOADER = f"installed:glibc dlopen through ctypes (its dlerror text; {TRIGGERED})"
 _CUDART = f"installed:nvidia/cu13/lib/libcudart.so.13 (cudaGetErrorString; {TRIGGERED})"
