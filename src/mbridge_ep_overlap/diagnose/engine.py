@@ -2,20 +2,22 @@
 
 Contract
 --------
-Reads each text source once, as a stream (``sources.lines``): every line is tried against the
-signatures' patterns (one combined expression first, so a large log costs one search a line), fed to
-the iteration reader (numerics) and kept, boundedly, when it looks like a failure. Crashes are read
-with the crash readers the launcher shares (``crashes.rank_crashes`` over the crash reports captured while
-streaming); faulthandler files, facts and watchdog events per ``base.run_files``; an out-of-memory message's
-numbers (``memory``); the timeout lines of NCCL's watchdog, DeepEP and HybridEP for the collective or
-op, the ranks and the usual causes ranked (``timeouts``); flight-recorder dumps with torch's analyzer
-(``flight_recorder``), the diverging collective's frames placed in the schedule (``schedule``); a hang says which MoE layer each rank was last in when a watchdog event carries
-it, and that the layer is not in the evidence otherwise. ``AssertionError`` / ``ValueError`` /
-``RuntimeError`` lines no hand-written signature names are looked up in the installed Megatron-Core /
-Megatron-Bridge source (``upstream_checks``), by their message or, when the log has none, by the
-traceback's innermost ``raise`` frame (``raise_frames``), and a fallback warning of that source no
-hand-written signature names is found there too (``upstream_fallbacks``); a failed C++/CUDA check of Transformer Engine,
-DeepEP or torch's NCCL wrapper is named from the line its macro prints (``native_checks``). A NaN/Inf found by MCore names the rank and iteration.
+Reads each text source once, as a stream (``sources.lines``): every line is tried against the signatures'
+patterns (one combined expression first, so a large log costs one search a line), fed to the iteration
+reader (numerics) and kept, boundedly, when it looks like a failure. Crashes are read with the crash
+readers the launcher shares (``crashes.rank_crashes`` over the crash reports captured while streaming);
+faulthandler files, facts and watchdog events per ``base.run_files``; an out-of-memory message's numbers
+(``memory``); the timeout lines of NCCL's watchdog, DeepEP and HybridEP for the collective or op, the
+ranks and the usual causes ranked (``timeouts``); flight-recorder dumps with torch's analyzer
+(``flight_recorder``), the diverging collective's frames placed in the schedule (``schedule``); a hang
+says which MoE layer each rank was last in when a watchdog event carries it, and that the layer is not in
+the evidence otherwise. ``AssertionError`` / ``ValueError`` / ``RuntimeError`` lines no hand-written
+signature names are looked up in the installed Megatron-Core / Megatron-Bridge source
+(``upstream_checks``), by their message or, when the log has none, by the traceback's innermost ``raise``
+frame (``raise_frames``; an ``assert`` line of another package by that line), and a fallback warning of that source no hand-written signature names is found
+there too (``upstream_fallbacks``); a failed C++/CUDA check of Transformer Engine, DeepEP or torch's NCCL
+wrapper is named from the line its macro prints (``native_checks``). A NaN/Inf found by MCore names the
+rank and iteration.
 Findings are ranked: specific before generic, then by confidence, then by how many lines matched.
 Two or more PATHs that each hold iteration lines are also compared as runs (first = reference): a
 candidate not faster than the reference is a no-speed-up finding, with the reasons the facts give;
