@@ -14,10 +14,10 @@ says which MoE layer each rank was last in when a watchdog event carries it, and
 the evidence otherwise. ``AssertionError`` / ``ValueError`` / ``RuntimeError`` lines no hand-written
 signature names are looked up in the installed Megatron-Core / Megatron-Bridge source
 (``upstream_checks``), by their message or, when the log has none, by the traceback's innermost ``raise``
-frame (``raise_frames``; an ``assert`` line of another package by that line), and a fallback warning of that source no hand-written signature names is found
-there too (``upstream_fallbacks``); a failed C++/CUDA check of Transformer Engine, DeepEP or torch's NCCL
-wrapper is named from the line its macro prints (``native_checks``). A NaN/Inf found by MCore names the
-rank and iteration.
+frame (``raise_frames``; an ``assert`` line of another package by that line), and a fallback warning of
+that source no hand-written signature names is found there too (``upstream_fallbacks``); a failed
+C++/CUDA check of Transformer Engine, DeepEP or torch's NCCL wrapper is named from the line its macro
+prints (``native_checks``). A NaN/Inf found by MCore names the rank and iteration.
 Findings are ranked: specific before generic, then by confidence, then by how many lines matched.
 Two or more PATHs that each hold iteration lines are also compared as runs (first = reference): a
 candidate not faster than the reference is a no-speed-up finding, with the reasons the facts give;
