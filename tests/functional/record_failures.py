@@ -42,10 +42,12 @@ PARALLEL = 3
 SCRIPT = "tests/functional/fault_injector.py"
 OVERLAP = ["--ep-overlap", "on", "--dispatcher", "alltoall"]
 # name -> (fault, extra run_script arguments, hard timeout s). Watchdog 20 s where the watchdog is
-# the witness; the NCCL-timeout case has a 1-minute process-group timeout and a later watchdog.
+# the witness; the NCCL-timeout case has a 1-minute process-group timeout and the default watchdog,
+# which caps its threshold at half of that timeout (tools.watchdog.PG_TIMEOUT_FRACTION) so that it records
+# the rank's MoE position before NCCL's watchdog ends the job.
 CASES = {
     "nccl_timeout": ("timeout:rank=1,layer=1,step=3,microbatch=0",
-                     ["--watchdog-s", "150", "dist.distributed_timeout_minutes=1"], 180),
+                     ["dist.distributed_timeout_minutes=1"], 180),
     "hang": ("hang:rank=1,layer=2,step=3,microbatch=1", ["--watchdog-s", "20"], 110),
     "stall": ("stall:rank=1,layer=1,step=3,microbatch=2,seconds=600", ["--watchdog-s", "20"], 110),
     "crash": ("crash:rank=0,layer=3,step=2,microbatch=0", [], 120),

@@ -113,3 +113,48 @@ def test_function_checks_keep_raises_without_a_message():
     checks = upstream_source.function_checks(rel, "__post_init__")
     assert checks and all(c.function == "__post_init__" and c.file == rel for c in checks)
     assert len(checks) >= len([c for c in upstream_source.file_checks(rel) if c.function == "__post_init__"])
+
+
+# ---- an assert outside MCore / MB: named from the line the traceback prints ------------------------------------
+def _raised_in_package(tmp_path, body: str) -> str:
+    """A real traceback of an assert in a package folder (as DeepEP's deep_ep/buffer.py would print it)."""
+    package = tmp_path / "site-packages" / "deep_ep"
+    package.mkdir(parents=True)
+    source = package / "buffer.py"
+    source.write_text(f"def __init__(num_qps_per_rank):\n    {body}\n")
+    namespace: dict = {}
+    exec(compile(source.read_text(), str(source), "exec"), namespace)
+    try:
+        namespace["__init__"](0)
+    except AssertionError:
+        return traceback.format_exc()
+    raise AssertionError("the assert did not fail")
+
+
+def test_an_assert_in_another_package_is_named_from_its_line(tmp_path):
+    text = _raised_in_package(tmp_path, 'assert num_qps_per_rank > 0, f"num_qps_per_rank={num_qps_per_rank}"')
+    d = run(text)
+    f = d.findings[0]
+    assert f.signature.id == "failed-assert:deep_ep/buffer.py:2"
+    assert "requires num_qps_per_rank > 0 (num_qps_per_rank=0); it failed" in f.signature.cause
+    assert f.signature.symptom == "config-error" and not f.signature.generic
+
+
+def test_a_bare_assert_in_another_package_is_named_too(tmp_path):
+    text = _raised_in_package(tmp_path, "assert num_qps_per_rank > 0")
+    assert text.rstrip().endswith("AssertionError")
+    d = run(text)
+    assert d.cause_ids == ["failed-assert:deep_ep/buffer.py:2"]
+    assert "no message" in d.findings[0].detail[0]
+
+
+def test_an_assert_in_megatron_is_not_a_failed_assert_of_another_package():
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    try:
+        TransformerConfig(**{**BASE, "expert_model_parallel_size": 1})
+    except AssertionError:
+        text = traceback.format_exc()
+    ids = run(text).cause_ids
+    assert ids[0] == "overlap-needs-expert-parallel"  # the hand-written row for this MCore assert
+    assert not any(i.startswith("failed-assert:") for i in ids)

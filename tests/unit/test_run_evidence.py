@@ -80,13 +80,30 @@ def test_enabled_reads_the_variable():
 
 def test_watchdog_settings():
     assert ev.watchdog_settings(None, {}) == {"first_s": ev.FIRST_S, "floor_s": ev.FLOOR_S, "factor": ev.FACTOR,
-                                              "fixed_s": None}
+                                              "fixed_s": None, "cap_s": None}
     assert ev.watchdog_settings(None, {ev.WATCHDOG_ENV: "25"})["fixed_s"] == 25
     assert ev.watchdog_settings("30", {ev.WATCHDOG_ENV: "25"})["fixed_s"] == 30  # the flag wins
     assert ev.watchdog_settings(None, {ev.WATCHDOG_ENV: "0"}) is None
     assert ev.watchdog_settings(None, {ev.WATCHDOG_FIRST_ENV: "900"})["first_s"] == 900
     with pytest.raises(UsageError, match="EP_OVERLAP_WATCHDOG_S 'soon'"):
         ev.watchdog_settings(None, {ev.WATCHDOG_ENV: "soon"})
+
+
+def test_watchdog_default_is_capped_below_the_process_group_timeout(capsys):
+    settings = ev.watchdog_settings(None, {}, pg_timeout_s=60)
+    assert settings["cap_s"] == ev.PG_TIMEOUT_FRACTION * 60 < 60
+    assert capsys.readouterr().err == ""
+    kept = ev.watchdog_settings("150", {}, pg_timeout_s=60)  # the user's value is kept, and said
+    assert kept["fixed_s"] == 150
+    assert "--watchdog-s=150 s is at or past the process group's timeout (60 s)" in capsys.readouterr().err
+    ev.watchdog_settings("20", {}, pg_timeout_s=60)
+    assert capsys.readouterr().err == ""
+
+
+def test_process_group_timeout_is_read_from_the_dist_config(proxy_cfg):
+    proxy_cfg.dist.distributed_timeout_minutes = 1
+    assert ev.process_group_timeout_s(proxy_cfg) == 60
+    assert ev.process_group_timeout_s(object()) is None
 
 
 def test_facts_have_the_layout_keys_and_read_the_config(proxy_cfg):

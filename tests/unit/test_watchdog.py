@@ -57,6 +57,32 @@ def test_fixed_threshold_wins_after_the_first_iteration(tmp_path):
     assert wd.threshold_s() == 20
 
 
+def test_cap_bounds_the_steady_threshold_below_the_floor_but_not_start_up(tmp_path):
+    # the recorded NCCL-timeout case: a 60 s process-group timeout, the 60 s floor; capped at half of it
+    clock = Clock()
+    wd, _ = _watchdog(tmp_path, clock, first_s=600, floor_s=60, factor=10, cap_s=30)
+    assert wd.threshold_s() == 600  # start-up is not one collective: not capped
+    clock.now += 50
+    wd.progress(1)
+    assert wd.threshold_s() == 30
+    for step in range(2, 6):
+        clock.now += 1.0
+        wd.progress(step)
+    assert wd.threshold_s() == 30  # the cap wins over the 60 s floor
+    clock.now += 31
+    assert wd.check()  # recorded while the process group (60 s) still waits
+
+
+def test_cap_leaves_a_lower_threshold_alone(tmp_path):
+    clock = Clock()
+    wd, _ = _watchdog(tmp_path, clock, first_s=300, floor_s=30, factor=10, cap_s=300)
+    wd.progress(1)
+    for step in range(2, 6):
+        clock.now += 1.0
+        wd.progress(step)
+    assert wd.threshold_s() == 30
+
+
 def test_stall_recorded_once_with_stacks_event_and_dump(tmp_path):
     clock = Clock()
     wd, dumps = _watchdog(tmp_path, clock, first_s=100, fixed_s=20)

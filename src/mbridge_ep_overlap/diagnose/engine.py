@@ -2,18 +2,22 @@
 
 Contract
 --------
-Reads each text source once, as a stream (``sources.lines``): every line is tried against the
-signatures' patterns (one combined expression first, so a large log costs one search a line), fed to
-the iteration reader (numerics) and kept, boundedly, when it looks like a failure. Crashes are read
-with the crash readers the launcher shares (``crashes.rank_crashes`` over the crash reports captured while
-streaming); faulthandler files, facts and watchdog events per ``base.run_files``; flight-recorder
-dumps with torch's analyzer (``flight_recorder``), the diverging collective's frames placed in the
-schedule (``schedule``); a hang says which MoE layer each rank was last in when a watchdog event carries
-it, and that the layer is not in the evidence otherwise. ``AssertionError`` / ``ValueError`` /
-``RuntimeError`` lines no hand-written signature names are looked up in the installed Megatron-Core /
-Megatron-Bridge source (``upstream_checks``), by their message or, when the log has none, by the
-traceback's innermost ``raise`` frame (``raise_frames``); a failed C++/CUDA check of Transformer Engine,
-DeepEP or torch's NCCL wrapper is named from the line its macro prints (``native_checks``). A NaN/Inf found by MCore names the rank and iteration.
+Reads each text source once, as a stream (``sources.lines``): every line is tried against the signatures'
+patterns (one combined expression first, so a large log costs one search a line), fed to the iteration
+reader (numerics) and kept, boundedly, when it looks like a failure. Crashes are read with the crash
+readers the launcher shares (``crashes.rank_crashes`` over the crash reports captured while streaming);
+faulthandler files, facts and watchdog events per ``base.run_files``; an out-of-memory message's numbers
+(``memory``); the timeout lines of NCCL's watchdog, DeepEP and HybridEP for the collective or op, the
+ranks and the usual causes ranked (``timeouts``); flight-recorder dumps with torch's analyzer
+(``flight_recorder``), the diverging collective's frames placed in the schedule (``schedule``); a hang
+says which MoE layer each rank was last in when a watchdog event carries it, and that the layer is not in
+the evidence otherwise. ``AssertionError`` / ``ValueError`` / ``RuntimeError`` lines no hand-written
+signature names are looked up in the installed Megatron-Core / Megatron-Bridge source
+(``upstream_checks``), by their message or, when the log has none, by the traceback's innermost ``raise``
+frame (``raise_frames``; an ``assert`` line of another package by that line), and a fallback warning of
+that source no hand-written signature names is found there too (``upstream_fallbacks``); a failed
+C++/CUDA check of Transformer Engine, DeepEP or torch's NCCL wrapper is named from the line its macro
+prints (``native_checks``). A NaN/Inf found by MCore names the rank and iteration.
 Findings are ranked: specific before generic, then by confidence, then by how many lines matched.
 Two or more PATHs that each hold iteration lines are also compared as runs (first = reference): a
 candidate not faster than the reference is a no-speed-up finding, with the reasons the facts give;
@@ -32,7 +36,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import collective_stacks, crashes, flight_recorder, native_checks, prediction, schedule, upstream_checks
+from . import collective_stacks, crashes, flight_recorder, memory, native_checks, prediction, schedule, timeouts, upstream_checks, upstream_fallbacks
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -64,6 +68,9 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     raised = upstream_checks.RaisedErrors()
     natives = native_checks.NativeChecks()
     stacks = collective_stacks.CollectiveStacks()
+    timed_out = timeouts.TimeoutLines()
+    fell_back = upstream_fallbacks.FallbackLines()
+    out_of_memory = memory.OutOfMemory()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -83,6 +90,9 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             raised.feed(text, where)
             natives.feed(text, where)
             stacks.feed(text, where)
+            timed_out.feed(text, where)
+            fell_back.feed(text, where)
+            out_of_memory.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -103,6 +113,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _numerics(series, finding)
     _native(natives, ev, findings)
     _upstream(raised, findings)
+    _fallbacks(fell_back, findings)
     _crashes(crash_text, finding)
     _facts(ev, sigs, finding, diagnosis)
     _watchdog(ev, finding, diagnosis)
@@ -113,6 +124,8 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _predicted_gain(paths, findings)
     _hang_layer(ev, findings)
     _hang_step(ev, series, stacks, findings)
+    timed_out.details(findings)
+    out_of_memory.details(findings)
 
     for f in findings.values():
         if f.signature.rule and f.signature.facts_pass and ev.facts:
@@ -154,6 +167,13 @@ def _upstream(raised: upstream_checks.RaisedErrors, findings: dict[str, Finding]
     named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
     fresh = [e for e in raised.errors if not any(e.message[:120] in line for line in named)]
     for f in upstream_checks.findings(fresh):
+        findings.setdefault(f.signature.id, f)
+
+
+def _fallbacks(fell_back: upstream_fallbacks.FallbackLines, findings: dict[str, Finding]) -> None:
+    """The fallback warnings of the installed MCore / MB source no hand-written signature already names."""
+    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
+    for f in upstream_fallbacks.findings(fell_back, named):
         findings.setdefault(f.signature.id, f)
 
 

@@ -10,15 +10,20 @@ nearest line (line numbers move between versions). The check found in that file 
 that exception, is named at ``FRAME_CONFIDENCE``; one found by the function alone (another exception,
 or the function now lives in another file: "moved to FILE") at ``FUNCTION_CONFIDENCE``. A function
 that is in no installed file is said to be not in the installed version, at ``ABSENT_CONFIDENCE``,
-with the frame that called it. Never raises for what the frames hold.
+with the frame that called it. ``named_assert(error)`` names an ``AssertionError`` whose innermost frame is
+an ``assert`` line in any other package (``error.assert_frame``: DeepEP's Python, TE's Python, a script)
+from that line alone (``signatures.config_error.FAILED_ASSERT``): id ``failed-assert:PATH:LINE``, PATH from
+the package's folder (``deep_ep/buffer.py``), the condition and the message when the log has one. Never
+raises for what the frames hold.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 
 from . import upstream_source
-from .signatures.config_error import UPSTREAM_CHECK
+from .signatures.config_error import FAILED_ASSERT, UPSTREAM_CHECK
 
 FRAME_CONFIDENCE = 0.7
 FUNCTION_CONFIDENCE = 0.5
@@ -28,6 +33,48 @@ ABSENT_CONFIDENCE = 0.35
 def relative(path: str) -> str:
     """``megatron/core/...`` from a frame's path."""
     return "megatron/" + path.split("/megatron/", 1)[-1] if "/megatron/" in path else path
+
+
+_PACKAGE_ROOTS = ("site-packages/", "dist-packages/")
+
+
+def package_path(path: str) -> str:
+    """``deep_ep/buffer.py`` from ``/usr/.../site-packages/deep_ep/buffer.py`` or ``/opt/DeepEP/deep_ep/buffer.py``:
+    the path from the package's folder, so that two installations name the same assert."""
+    for root in _PACKAGE_ROOTS:
+        if root in path:
+            return path.rsplit(root, 1)[1]
+    parts = path.replace("\\", "/").split("/")
+    return "/".join(parts[-2:]) if len(parts) >= 2 else path
+
+
+def named_assert(error) -> tuple:
+    """(signature, detail lines) for an ``AssertionError`` whose ``assert_frame`` is set."""
+    path, line, function, code = error.assert_frame
+    rel = package_path(path)
+    condition = _assert_condition(code)
+    message = f" ({error.message})" if error.message else ""
+    cause = f"The assert at {rel}:{line} in {function} requires {condition}{message}; it failed."
+    sig = dataclasses.replace(
+        FAILED_ASSERT, id=f"{FAILED_ASSERT.id}:{rel}:{line}", cause=cause,
+        fix=f"the assert at {rel}:{line} requires {condition}: change what the run passes it"
+            + (f" ({_caller(error)[0]})" if _caller(error) else "") + ", or use a release whose check accepts it",
+        source=f"traceback frame {rel}:{line} ({function})", emitted=(code,))
+    detail = [f"failed assert: {rel}:{line} in {function}: `{code}`" + (f"; message: {error.message}" if error.message
+                                                                          else "; no message")] + _caller(error)
+    return sig, detail
+
+
+def _assert_condition(code: str) -> str:
+    """The condition of an ``assert COND, MSG`` line (the whole line after ``assert`` where it does not parse,
+    a statement the traceback shows only the first line of)."""
+    try:
+        node = ast.parse(code).body[0]
+    except (SyntaxError, ValueError, IndexError):
+        return code.removeprefix("assert").strip()
+    if not isinstance(node, ast.Assert):
+        return code.removeprefix("assert").strip()
+    return ast.get_source_segment(code, node.test) or ast.unparse(node.test)
 
 
 def named(error) -> tuple:

@@ -15,7 +15,8 @@ else the check itself. A message that is not in the installed source word for wo
 another version) names the nearest check with a lower confidence and says so. A traceback with no
 message (a bare exception, or a log cut after its frames; ``finish`` closes one), or whose message is
 in no check, is named from its innermost ``raise`` / ``assert`` frame when that is in megatron/core or
-megatron/bridge (``raise_frames``).
+megatron/bridge (``raise_frames``); an ``AssertionError`` whose innermost frame is an ``assert`` line of any
+other package is named from that line (``raise_frames.named_assert``).
 """
 
 from __future__ import annotations
@@ -61,6 +62,15 @@ class RaisedError:
         return (*self.frames[-1], text) if RAISE_LINE.match(text) else None
 
     @property
+    def assert_frame(self) -> tuple[str, int, str, str] | None:
+        """The innermost frame, with its source line, when the error is an ``AssertionError`` raised by an
+        ``assert`` line outside megatron/core and megatron/bridge (those are ``raise_frame``'s)."""
+        if self.kind != "AssertionError" or not self.frames or UPSTREAM_FRAME.search(self.frames[-1][0]):
+            return None
+        text = self.code[-1] if len(self.code) == len(self.frames) else ""
+        return (*self.frames[-1], text) if text.startswith("assert ") else None
+
+    @property
     def upstream_frame(self) -> tuple[str, int, str] | None:
         return next((f for f in reversed(self.frames) if UPSTREAM_FRAME.search(f[0])), None)
 
@@ -98,7 +108,7 @@ class RaisedErrors:
         """The traceback read so far ends here (a new one starts, or the source ends)."""
         if self._frames:
             kind = RAISE_LINE.match(self._code[-1])
-            if kind and UPSTREAM_FRAME.search(self._frames[-1][0]):
+            if kind and (UPSTREAM_FRAME.search(self._frames[-1][0]) or self._code[-1].startswith("assert ")):
                 self._keep(kind.group(1) or "AssertionError", "", self._where)
         self._frames, self._code = [], []
 
@@ -118,11 +128,14 @@ def findings(errors: list[RaisedError]) -> list[Finding]:
             sig, detail = _signature(e, match), _detail(e, match)
         elif e.raise_frame is not None:
             sig, detail = raise_frames.named(e)
+        elif e.assert_frame is not None:
+            sig, detail = raise_frames.named_assert(e)
         else:
             continue
         f = out.setdefault(sig.id, Finding(sig))
+        frame = e.raise_frame or e.assert_frame
         f.add(f"{e.where}: {e.kind}: {e.message[:240]}" if e.message else
-              f"{e.where}: {e.kind} raised at {raise_frames.relative(e.raise_frame[0])}:{e.raise_frame[1]} in {e.raise_frame[2]} "
+              f"{e.where}: {e.kind} raised at {raise_frames.relative(frame[0])}:{frame[1]} in {frame[2]} "
               f"(no message in the log)")
         f.detail += detail
     return list(out.values())

@@ -28,7 +28,7 @@ from megatron.core.transformer.moe.moe_layer import MoELayer
 
 from ..base import run_files
 from .run_evidence import dump_flight_recorder, enable_faulthandler, enabled, facts, install_flight_recorder, \
-    watchdog_settings, write_facts
+    process_group_timeout_s, watchdog_settings, write_facts
 from .watchdog import ProgressWatchdog
 
 
@@ -104,7 +104,8 @@ class RunEvidence:
         import torch
 
         rank = int(os.environ.get("RANK", "0"))
-        settings = watchdog_settings(watchdog_flag)  # a bad value is a usage error before anything starts
+        # a bad value is a usage error before anything starts; the default is capped below NCCL's timeout
+        settings = watchdog_settings(watchdog_flag, pg_timeout_s=process_group_timeout_s(cfg))
         prefix = install_flight_recorder(run_dir, torch.__version__)
         watchdog = position = None
         if settings is not None:

@@ -33,12 +33,13 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from ..base import run_files
 from ..base.errors import UsageError
-from .watchdog import FACTOR, FIRST_S, FLOOR_S
+from .watchdog import FACTOR, FIRST_S, FLOOR_S, PG_TIMEOUT_FRACTION
 
 ENV = "EP_OVERLAP_EVIDENCE"
 """``0`` / ``off``: no evidence folder, no watchdog, no flight recorder set up by this project."""
@@ -234,9 +235,12 @@ def _seconds(name: str, text: str) -> float:
     return value
 
 
-def watchdog_settings(flag: str | None = None, environ=None) -> dict | None:
+def watchdog_settings(flag: str | None = None, environ=None, pg_timeout_s: float | None = None) -> dict | None:
     """``ProgressWatchdog`` keyword arguments, or None when the watchdog is off. ``flag`` (run_script's
-    ``--watchdog-s``) wins over ``EP_OVERLAP_WATCHDOG_S``; unset: ``max(floor, factor x median step)``."""
+    ``--watchdog-s``) wins over ``EP_OVERLAP_WATCHDOG_S``; unset: ``max(floor, factor x median step)``, at most
+    ``PG_TIMEOUT_FRACTION`` x ``pg_timeout_s`` (the NCCL process group's timeout, ``process_group_timeout_s``)
+    so that the watchdog records a stuck collective before NCCL ends the job. A fixed value at or past
+    that timeout is kept (the user's choice) and said on stderr: the watchdog cannot fire before NCCL does."""
     environ = os.environ if environ is None else environ
     fixed_text = flag if flag is not None else environ.get(WATCHDOG_ENV)
     fixed = _seconds("--watchdog-s" if flag is not None else WATCHDOG_ENV, fixed_text) if fixed_text else None
@@ -244,6 +248,19 @@ def watchdog_settings(flag: str | None = None, environ=None) -> dict | None:
         return None
     first_text = environ.get(WATCHDOG_FIRST_ENV)
     first = _seconds(WATCHDOG_FIRST_ENV, first_text) if first_text else FIRST_S
-    return {"first_s": first, "floor_s": FLOOR_S, "factor": FACTOR, "fixed_s": fixed}
+    cap = PG_TIMEOUT_FRACTION * pg_timeout_s if pg_timeout_s else None
+    if fixed is not None and pg_timeout_s and fixed >= pg_timeout_s:
+        print(f"ep-overlap watchdog: {'--watchdog-s' if flag is not None else WATCHDOG_ENV}={fixed:g} s is at or "
+              f"past the process group's timeout ({pg_timeout_s:g} s): NCCL ends the job before the watchdog "
+              f"records the stall; leave it unset (default: at most {cap:g} s) or set it below {pg_timeout_s:g} s",
+              file=sys.stderr)
+    return {"first_s": first, "floor_s": FLOOR_S, "factor": FACTOR, "fixed_s": fixed, "cap_s": cap}
+
+
+def process_group_timeout_s(cfg) -> float | None:
+    """The NCCL process group's timeout MB initialises with (``cfg.dist.distributed_timeout_minutes``,
+    megatron/bridge/training/initialize.py), in seconds; None where the config does not carry it."""
+    minutes = getattr(getattr(cfg, "dist", None), "distributed_timeout_minutes", None)
+    return 60.0 * minutes if isinstance(minutes, (int, float)) and minutes > 0 else None
 
 

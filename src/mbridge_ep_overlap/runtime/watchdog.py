@@ -44,13 +44,16 @@ FLOOR_S = 60.0
 """Default smallest threshold once step times are known."""
 FACTOR = 10.0
 """Default multiple of the median step time that counts as a stall."""
+PG_TIMEOUT_FRACTION = 0.5
+"""The steady threshold's cap as a fraction of the process group's timeout: half leaves the other half for
+the stacks, the flight-recorder dump and the event to be written while the ranks still wait."""
 
 
 class ProgressWatchdog:
     def __init__(self, rank: int, faulthandler_path: Path, events_path: Path, *,
                  dump_flight_recorder: Callable[[], str | None] | None = None,
                  first_s: float = FIRST_S, floor_s: float = FLOOR_S, factor: float = FACTOR,
-                 fixed_s: float | None = None, poll_s: float = 1.0,
+                 fixed_s: float | None = None, cap_s: float | None = None, poll_s: float = 1.0,
                  position: Callable[[], dict | None] | None = None, native_backup: bool = False,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.rank = rank
@@ -58,6 +61,7 @@ class ProgressWatchdog:
         self.events_path = Path(events_path)
         self.dump_flight_recorder = dump_flight_recorder
         self.first_s, self.floor_s, self.factor, self.fixed_s = first_s, floor_s, factor, fixed_s
+        self.cap_s = cap_s
         self.poll_s = poll_s
         self.position = position
         self.native_backup = native_backup
@@ -103,8 +107,10 @@ class ProgressWatchdog:
         if self.fixed_s is not None:
             return self.fixed_s
         if not self.step_times:
-            return max(self.floor_s, self.first_s)  # one iteration done: its time includes start-up
-        return max(self.floor_s, self.factor * statistics.median(self.step_times))
+            steady = max(self.floor_s, self.first_s)  # one iteration done: its time includes start-up
+        else:
+            steady = max(self.floor_s, self.factor * statistics.median(self.step_times))
+        return steady if self.cap_s is None else min(steady, self.cap_s)
 
     def check(self, now: float | None = None) -> bool:
         """Record a stall if there is a new one at ``now``; True when one was recorded."""

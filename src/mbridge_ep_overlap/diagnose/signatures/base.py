@@ -16,11 +16,24 @@ SYMPTOMS = {
     "no-speedup": "no speed-up",
     "hardware": "unsupported hardware",
     "install": "install or build",
+    "oom": "out of memory",
 }
 
 
+DEEPEP_AT = "deepseek-ai/DeepEP@9af0e0d0e74f3577af1979c9b9e1ac2cad0104ee"
+"""DeepEP v1.2.1, where the DeepEP source lines the signatures quote are (``Signature.quoted_at``)."""
+HYBRID_EP_AT = "deepseek-ai/DeepEP@94a9f8f6b146c07d97ec58f67cd6d303296d6098"
+"""DeepEP's hybrid-ep branch (HybridEP)."""
+
+
+def github_blob(at: str, path: str) -> str:
+    """The URL of ``path`` at ``owner/repo@commit``."""
+    repo, commit = at.split("@")
+    return f"https://github.com/{repo}/blob/{commit}/{path}"
+
+
 FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "crash", "runs", "upstream-source",
-            "native-check")
+            "native-check", "traceback")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +59,11 @@ class Signature:
     corpus_report: str | None = None
     """For text of packages not installed here (DeepEP, NVSHMEM, TE kernels): the id of the failure report
     (``tests/unit/fixtures/failure_reports``) whose verbatim log holds ``emitted``; its URL is ``source``."""
+    quote: str = ""
+    """For text of a package not installed here: the upstream source line that prints or raises it, verbatim
+    (a ``printf`` / ``throw`` / ``EP_HOST_ASSERT`` line); the parity test checks that it renders ``emitted``."""
+    quoted_at: str = ""
+    """Where ``quote`` is: ``owner/repo@commit:file:line``."""
     generic: bool = False
     found_by: str = "patterns"
     """What recognises it: "patterns" (a line of text), or the reader of structured evidence that
@@ -53,7 +71,8 @@ class Signature:
     "facts" (the effective facts every rank writes), "crash" (faulthandler / torchrun exit codes),
     "runs" (two runs' step times compared), "upstream-source" (an error's message found in the installed
     Megatron-Core / Megatron-Bridge source, ``diagnose.upstream_checks``), "native-check" (the line a
-    C++/CUDA check macro of Transformer Engine, DeepEP or torch's NCCL wrapper prints, ``diagnose.native_checks``)."""
+    C++/CUDA check macro of Transformer Engine, DeepEP or torch's NCCL wrapper prints, ``diagnose.native_checks``),
+    "traceback" (the ``assert`` line a traceback's innermost frame prints, ``diagnose.raise_frames``)."""
     facts_pass: Callable[[dict], bool | None] | None = field(default=None, compare=False)
     """From a rank's effective facts (``base.run_files.FACT_KEYS``): False when they show this failure's
     condition (which is then what ``rule`` refuses), True when they rule it out, None where they do not say.

@@ -45,9 +45,22 @@ NATIVE_CHECK = Signature(
     versions="the library's own check text: Transformer Engine, DeepEP and NCCL change such checks between "
              "releases, so the run's version is given from its facts where they record it")
 
+FAILED_ASSERT = Signature(
+    id="failed-assert", symptom="config-error", patterns=(),
+    cause="A Python `assert` outside Megatron-Core / Megatron-Bridge (DeepEP's deep_ep, Transformer Engine's "
+          "Python, a test or launcher script) failed: the traceback's innermost frame prints the assert line, "
+          "and its condition is what the run did not meet.",
+    fix="'the assert at FILE:LINE requires CONDITION': change what the run passes it (the frame that called it "
+        "says from where), or use a release of that package whose check accepts it",
+    source="installed:mbridge_ep_overlap/diagnose/raise_frames.py", emitted=(), confidence=0.6,
+    found_by="traceback",
+    versions="the package's own source line as the traceback prints it (that package's version need not be "
+             "installed here)")
+
 SIGNATURES = (
     UPSTREAM_CHECK,
     NATIVE_CHECK,
+    FAILED_ASSERT,
     _assert("overlap-needs-expert-parallel",
             "overlap_moe_expert_parallel_comm is only supported with expert model parallelism",
             "EP overlap was switched on with expert_model_parallel_size == 1: there is no all-to-all to hide.",

@@ -4,7 +4,7 @@ own timeouts or as this library's progress watchdog with every rank's Python sta
 
 from __future__ import annotations
 
-from .base import Signature
+from .base import DEEPEP_AT, HYBRID_EP_AT, Signature, github_blob
 
 _STACKS_FIX = ("find the rank that diverged: `diagnose RUN_FOLDER` on a run launched by this library reads "
                "every rank's stack (watchdog) and the flight recorder; the rank that is not in the same "
@@ -67,4 +67,38 @@ SIGNATURES = (
                  "collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLTOALL_BASE, NumelIn=2048, "
                  "NumelOut=2048, Timeout(ms)=20000) ran for 20074 milliseconds before timing out.",),
         confidence=0.4, generic=True, versions="torch 2.x"),
+)
+
+SIGNATURES += (
+    Signature(
+        id="hybridep-allgather-short", symptom="hang",
+        patterns=(r"HYBRID-EP ALLGATHER TIMEOUT:SM \d+ \[\d+\]:expecting \d+ got \d+",),
+        cause="HybridEP's NVLink allgather waited for every rank of the NVLink domain to arrive at the same call "
+              "(a flag each rank raises by one per call, expected = calls x ranks) and too few arrived: a rank "
+              "issued fewer HybridEP calls than the others (its code path or its token/microbatch count "
+              "diverged), or stopped before this one.",
+        fix=_STACKS_FIX + "; 'got' short of 'expecting' by k means k rank-calls missing (the detail says it); "
+            "compare the ranks' numbers of dispatches per step (CUDA graphs on some ranks only, a skipped "
+            "microbatch, uneven sequence packing)",
+        source="https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/2012", corpus_report="megatron-bridge-2012",
+        emitted=("HYBRID-EP ALLGATHER TIMEOUT:SM 13 [0]:expecting 5792 got 5791",),
+        quote='          printf("HYBRID-EP ALLGATHER TIMEOUT:SM %d [%d]:expecting %llu got %llu\\n", blockIdx.x,',
+        quoted_at=f"{HYBRID_EP_AT}:csrc/hybrid_ep/extension/allgather.cu:84",
+        confidence=0.8, versions="DeepEP hybrid-ep (HybridEP)"),
+    Signature(
+        id="deepep-kernel-timeout", symptom="hang",
+        patterns=(r"DeepEP (?:timeout for (?:dispatch|combine) (?:senders|receivers)|"
+                  r"(?:dispatch|combine) [\w ()]*?timeout|RDMA sender coordinator timeout)",),
+        cause="A DeepEP dispatch or combine kernel waited for a peer's queue head/tail beyond its device-side "
+              "timeout: a peer rank did not enter the same dispatch/combine (it diverged or died), or the NVLink / "
+              "RDMA path is not delivering (NVSHMEM transport, queue pairs).",
+        fix=_STACKS_FIX + "; the line names the role (sender, receiver, forwarder) and, for internode kernels, the "
+            "RDMA and NVLink ranks: a forwarder or RDMA receiver stuck on every rank points at the network, one "
+            "rank's sender at that rank",
+        source=github_blob(DEEPEP_AT, "csrc/kernels/intranode.cu"),
+        emitted=("DeepEP timeout for dispatch receivers, rank 3, responsible_channel = 5, tokens remained: 17",),
+        quote='                    printf("DeepEP timeout for dispatch receivers, rank %d, responsible_channel = %d, '
+              'tokens remained: %d\\n", rank, responsible_channel, num_tokens_to_recv);',
+        quoted_at=f"{DEEPEP_AT}:csrc/kernels/intranode.cu:385",
+        confidence=0.75, rule="deepep-built-with-nvshmem", versions="DeepEP 1.x kernels"),
 )

@@ -3,7 +3,7 @@ does not support (raised at finalize or model build, not a fallback)."""
 
 from __future__ import annotations
 
-from .base import Signature
+from .base import DEEPEP_AT, Signature, github_blob
 
 _FLEX = "installed:megatron/bridge/training/flex_dispatcher_backend.py"
 
@@ -45,4 +45,22 @@ SIGNATURES += (
         emitted=("RuntimeError: Failed: Assertion error /home1/DeepEP/csrc/deep_ep.cpp:32 "
                  "'num_ranks > NUM_MAX_NVL_PEERS or low_latency_mode'",),
         corpus_report="deepep-104", confidence=0.9, versions="DeepEP 1.x"),
+)
+
+SIGNATURES += (
+    Signature(
+        id="deepep-normal-mode-rank-limit", symptom="hardware",
+        patterns=(r"num_ranks <= (?:LEGACY_)?NUM_MAX_NVL_PEERS \* (?:LEGACY_)?NUM_MAX_RDMA_PEERS",),
+        cause="DeepEP's normal (internode) mode supports at most NUM_MAX_NVL_PEERS x NUM_MAX_RDMA_PEERS ranks in "
+              "one buffer (8 x 20 = 160: 20 nodes of 8 GPUs); a larger EP group (or a rank outside it) trips the "
+              "buffer's assertion.",
+        fix="keep the EP group within 160 ranks (expert_model_parallel_size x expert_tensor_parallel_size <= 160 "
+            "for DeepEP's normal mode), use low-latency mode, or another dispatcher at that scale",
+        source=github_blob(DEEPEP_AT, "csrc/deep_ep.cpp"),
+        emitted=("RuntimeError: Failed: Assertion error /opt/DeepEP/csrc/deep_ep.cpp:29 '0 <= rank and rank < num_ranks "
+                 "and (num_ranks <= NUM_MAX_NVL_PEERS * NUM_MAX_RDMA_PEERS or low_latency_mode)'",),
+        quote="    EP_HOST_ASSERT(0 <= rank and rank < num_ranks and (num_ranks <= NUM_MAX_NVL_PEERS * NUM_MAX_RDMA_PEERS "
+              "or low_latency_mode));",
+        quoted_at=f"{DEEPEP_AT}:csrc/deep_ep.cpp:29",
+        confidence=0.9, versions="DeepEP 1.x normal mode (NUM_MAX_RDMA_PEERS 20)"),
 )

@@ -89,6 +89,23 @@ SIGNATURES += (
 
 SIGNATURES += (
     Signature(
+        id="nvshmem-ibgda-transport-failed", symptom="install",
+        patterns=(r"ibgda\.cpp:\d+: (?:NULL value|non-zero status: -?\d+)",),
+        cause="NVSHMEM's IBGDA transport (GPU-initiated RDMA, which DeepEP's internode and low-latency kernels use) "
+              "could not set up a NIC resource (an address handle, queue pair or memory registration): the NIC, its "
+              "driver or the GPU driver's settings do not support IBGDA as the job configures it.",
+        fix="enable IBGDA on the nodes as DeepEP's third-party/README.md says (NVIDIA driver options "
+            "NVreg_EnableStreamMemOPs=1 NVreg_RegistryDwords=\"PeerMappingOverride=1;\", or gdrcopy with its gdrdrv "
+            "module for CPU-assisted IBGDA); on RoCE check the GID index NVSHMEM uses (NVSHMEM_IB_GID_INDEX); "
+            "NVSHMEM_DEBUG=INFO names the failing NIC",
+        source="installed:nvidia/nvshmem/lib/nvshmem_transport_ibgda.so.3",
+        emitted=("/dvs/p4/build/sw/rel/gpgpu/toolkit/r13.0/main_nvshmem/src/modules/transport/ibgda/ibgda.cpp:2234: "
+                 "NULL value Unable to create ah.",),
+        confidence=0.6, rule="deepep-built-with-nvshmem", versions="NVSHMEM 3.x (the installed wheel: 3.4.5)"),
+)
+
+SIGNATURES += (
+    Signature(
         id="deepep-nvshmem-queue-pair-layout", symptom="install", patterns=(),
         cause="DeepEP 1.2.1 runs against NVSHMEM >= 3.5.19, which changed how default queue pairs are stored: "
               "DeepEP indexes the RC queue pairs the old way and the internode dispatch never completes "

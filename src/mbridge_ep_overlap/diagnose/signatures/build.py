@@ -1,0 +1,183 @@
+"""Install or build, read from the toolchain's own words: a header or shared library of a named library
+that the compiler or the dynamic loader cannot find, a device symbol the link step cannot resolve, and
+kernels that were not built for the GPU the run is on.
+
+The text is the toolchain's, not a report's: GCC's ``fatal error: HEADER: No such file or directory``
+(nvcc passes its host compiler's through), glibc's ``NAME: cannot open shared object file`` and
+``undefined symbol: SYMBOL``, nvlink's
+``Undefined reference to 'SYMBOL'`` and the CUDA runtime's error strings (``cudaGetErrorString``). Which
+library a header or a shared object belongs to is one table, ``LIBRARIES``, so a build of any extension
+(DeepEP, Transformer Engine, grouped_gemm, apex) that misses NVSHMEM, rdma-core, gdrcopy, NCCL or the CUDA
+toolkit's C++ libraries is named by the library and its usual fix, whichever file or symbol of it is missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import DEEPEP_AT, Signature
+
+TRIGGERED = "triggered in the parity test"
+"""Said in ``source`` where the parity test makes the toolchain print the text on CPU."""
+ASSEMBLED = "assembled from its pieces"
+"""Said in ``source`` where the text is a message a binary builds from fixed pieces and numbers; the parity test
+checks each piece in the installed binary."""
+_COMPILER = f"installed:gcc (its missing-header error; {TRIGGERED})"
+_LOADER = f"installed:glibc dlopen through ctypes (its dlerror text; {TRIGGERED})"
+_CUDART = f"installed:nvidia/cu13/lib/libcudart.so.13 (cudaGetErrorString; {TRIGGERED})"
+
+
+@dataclass(frozen=True)
+class Library:
+    key: str
+    name: str
+    headers: str
+    """Regular expression of the library's include paths as an ``#include`` names them."""
+    sonames: str
+    """Regular expression of its shared objects' names ('' where it ships none that extensions load)."""
+    fix: str
+    header_example: str
+    soname_example: str = ""
+    symbols: str = ""
+    """Regular expression of the start of its exported C symbols ('' where none are recognisable)."""
+    symbol_example: str = ""
+
+
+LIBRARIES = (
+    Library("cccl", "the CUDA C++ core libraries (CCCL: libcu++, CUB, Thrust)",
+            r"(?:cuda/std/|cuda/|cub/|thrust/|nv/target)[\w/.]*", "",
+            "put the CUDA toolkit's CCCL headers on the host compiler's include path (CUDA 13 keeps them in "
+            "$CUDA_HOME/include/cccl: CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl), and build with a CUDA toolkit of "
+            "the same major version as the NVSHMEM / CUDA wheels whose headers include them",
+            "cuda/std/tuple"),
+    Library("nvshmem", "NVSHMEM", r"(?:nvshmemx?|nvshmem_\w+|device_host/\w+|non_abi/[\w/]+|host/nvshmem\w*)\.c?u?h?",
+            r"lib(?:nvshmem(?:_host|_device)?|nvshmem_bootstrap\w*)\.so[.\d]*",
+            "point the build at an NVSHMEM installation (NVSHMEM_DIR=... for DeepEP, or pip install nvidia-nvshmem-cu12 / "
+            "-cu13 matching the CUDA major) and make its lib folder visible at run time (LD_LIBRARY_PATH)",
+            "nvshmem.h", "libnvshmem_host.so.3", r"nvshmemx?i?_", "nvshmemx_init_attr"),
+    Library("rdma-core", "rdma-core (libibverbs / mlx5 user-space verbs)", r"infiniband/(?:verbs|mlx5dv|verbs_api)\.h",
+            r"lib(?:ibverbs|mlx5|rdmacm)\.so[.\d]*",
+            "install rdma-core's development and runtime packages in the image (libibverbs-dev / rdma-core-devel, "
+            "ibverbs-providers); NVSHMEM's IB transports and DeepEP's IBGDA need them",
+            "infiniband/mlx5dv.h", "libmlx5.so.1", r"(?:ibv_|mlx5dv_)", "mlx5dv_devx_umem_reg"),
+    Library("gdrcopy", "gdrcopy", r"gdrapi\.h", r"libgdrapi\.so[.\d]*",
+            "install gdrcopy (the user library and, on the host, its gdrdrv kernel module) or build NVSHMEM without it",
+            "gdrapi.h", "libgdrapi.so.2", r"gdr_", "gdr_pin_buffer"),
+    Library("nccl", "NCCL", r"nccl(?:_net|_device)?\.h", r"libnccl\.so[.\d]*",
+            "use the NCCL torch ships (nvidia-nccl-cu12 / -cu13) or set NCCL_HOME / LD_LIBRARY_PATH to one installation",
+            "nccl.h", "libnccl.so.2", r"nccl[A-Z]", "ncclCommInitRankScalable"),
+    Library("cuda-toolkit", "the CUDA toolkit", r"(?:cuda_runtime(?:_api)?|cuda|cuda_bf16|cuda_fp8|cublas_v2|cusparse)\.h",
+            r"lib(?:cudart|cublas|cublasLt|cuda)\.so[.\d]*",
+            "set CUDA_HOME to a CUDA toolkit of the same major version as torch's (torch.version.cuda) and put its "
+            "lib64 on LD_LIBRARY_PATH",
+            "cuda_runtime.h", "libcudart.so.12"),
+)
+
+
+def _missing_header(lib: Library) -> Signature:
+    return Signature(
+        id=f"{lib.key}-header-not-found", symptom="install",
+        patterns=(rf"fatal error: ['\"<]?(?:\S*/)?{lib.headers}['\">]?: No such file or directory",),
+        cause=f"A build (an extension's setup.py, nvcc or its host compiler) could not find a header of "
+              f"{lib.name}: the library, or its development files, is not on the compiler's include path.",
+        fix=lib.fix, source=_COMPILER,
+        emitted=(f"t.cpp:1:10: fatal error: {lib.header_example}: No such file or directory",),
+        confidence=0.85, versions="any build")
+
+
+def _missing_symbol(lib: Library) -> Signature:
+    return Signature(
+        id=f"{lib.key}-symbol-not-found", symptom="install",
+        patterns=(rf"undefined symbol: (?:_Z\w*?)?{lib.symbols}\w*",),
+        cause=f"A compiled extension was built against a version of {lib.name} whose symbol the library loaded at "
+              f"run time does not export: another version of it is found first (LD_LIBRARY_PATH, a second copy in the "
+              f"image or a wheel), or it is not loaded at all.",
+        fix=lib.fix + "; the build and the run must see the same version (`ldd` on the extension's .so shows which "
+            "one the loader picks)",
+        source=_LOADER,
+        emitted=(f"ImportError: /usr/local/lib/python3.12/dist-packages/deep_ep_cpp.cpython-312-x86_64-linux-gnu.so: "
+                 f"undefined symbol: {lib.symbol_example}",),
+        confidence=0.8, versions="any compiled extension")
+
+
+def _missing_library(lib: Library) -> Signature:
+    return Signature(
+        id=f"{lib.key}-library-not-found", symptom="install",
+        patterns=(rf"{lib.sonames}: cannot open shared object file",),
+        cause=f"A process or extension needs a shared library of {lib.name} that the dynamic loader does not find "
+              f"(not installed in the image, or not on LD_LIBRARY_PATH).",
+        fix=lib.fix, source=_LOADER,
+        emitted=(f"OSError: {lib.soname_example}: cannot open shared object file: No such file or directory",),
+        confidence=0.85, versions="any")
+
+
+SIGNATURES = (tuple(_missing_header(lib) for lib in LIBRARIES)
+              + tuple(_missing_library(lib) for lib in LIBRARIES if lib.sonames)
+              + tuple(_missing_symbol(lib) for lib in LIBRARIES if lib.symbols))
+
+SIGNATURES += (
+    Signature(
+        id="nvshmem-built-without-ibgda", symptom="install",
+        patterns=(r"Undefined reference to '?nvshmemi_ibgda_\w+",),
+        cause="DeepEP's kernels use NVSHMEM's IBGDA device state (nvshmemi_ibgda_device_state_d), but the NVSHMEM "
+              "they are linked against was built without IBGDA, so the device link step cannot resolve it.",
+        fix="build (or install) NVSHMEM with IBGDA support (NVSHMEM_IBGDA_SUPPORT=1; the nvidia-nvshmem wheels have "
+            "it) and rebuild DeepEP against that NVSHMEM_DIR",
+        source="https://github.com/deepseek-ai/DeepEP/issues/55", corpus_report="deepep-55",
+        emitted=("47.98 nvlink error   : Undefined reference to 'nvshmemi_ibgda_device_state_d' in "
+                 "'/usr/src/DeepEP/build/temp.linux-x86_64-cpython-312/csrc/kernels/internode_ll.o'",),
+        quote="    return &nvshmemi_ibgda_device_state_d;", quoted_at=f"{DEEPEP_AT}:csrc/kernels/ibgda_device.cuh:73",
+        confidence=0.9, rule="deepep-built-with-nvshmem", versions="DeepEP 1.x x NVSHMEM 3.x"),
+    Signature(
+        id="kernels-not-built-for-this-gpu", symptom="install",
+        patterns=(r"no kernel image is available for execution on the device",
+                  r"(?:CUDA error|cuda error|cudaError\w*)\W+(?:\S+:\d+ )?'?named symbol not found",
+                  r"^\W*named symbol not found\W*$",
+                  r"CUDA error\W+(?:\S+:\d+ )?'?invalid device function"),
+        cause="A compiled extension's kernels were not built for this GPU's architecture (DeepEP's default arch "
+              "list is sm_90 only, so on B200/GB200, sm_100, the kernels it looks up are not in the binary): the "
+              "CUDA runtime finds no kernel image or no symbol for the device.",
+        fix="rebuild the extension for the GPU it runs on (TORCH_CUDA_ARCH_LIST=9.0 for H100/H200, 10.0 for "
+            "B200/GB200, or both: '9.0;10.0'); `cuobjdump --list-elf` on its .so lists the architectures it holds",
+        source=_CUDART,
+        emitted=("torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device",
+                 "RuntimeError: Failed: CUDA error /opt/DeepEP/csrc/kernels/runtime.cu:25 'named symbol not found'",
+                 "named symbol not found",
+                 "RuntimeError: CUDA error: invalid device function"),
+        confidence=0.75, versions="any compiled extension"),
+)
+
+_TORCH_BUILD = f"installed:torch/utils/cpp_extension.py (its extension build checks; {TRIGGERED})"
+
+SIGNATURES += (
+    Signature(
+        id="cuda-toolkit-major-differs-from-torch", symptom="install",
+        patterns=(r"The detected CUDA version \((?:%s|[\d.]+)\) mismatches the version that was used to compile",),
+        cause="An extension build (DeepEP, Transformer Engine, apex, ...) found a CUDA toolkit (CUDA_HOME's nvcc) of "
+              "another major version than the one torch was built with; torch's build refuses to mix them.",
+        fix="point CUDA_HOME at a CUDA toolkit of torch's major version (python -c 'import torch; "
+            "print(torch.version.cuda)'), or install the torch build for the toolkit you have",
+        source=_TORCH_BUILD,
+        emitted=("RuntimeError: ('The detected CUDA version (%s) mismatches the version that was used to compilePyTorch "
+                 "(%s). Please make sure to use the same CUDA versions.', '12.4', '13.0')",),
+        confidence=0.9, versions="torch 2.x"),
+    Signature(
+        id="cuda-toolkit-not-found", symptom="install",
+        patterns=(r"CUDA was not found on the system, please set the CUDA_HOME or the CUDA_PATH",
+                  r"CUDA_HOME environment variable is not set\. Please set it to your CUDA install root",
+                  r"nvcc not found at '[^']*'\. Ensure CUDA path"),
+        cause="An extension build found no CUDA toolkit (no CUDA_HOME / CUDA_PATH, or no nvcc under it): torch's "
+              "wheel ships the CUDA runtime, not the compiler, so building DeepEP or Transformer Engine from source "
+              "needs a toolkit installed.",
+        fix="install the CUDA toolkit of torch's major version and set CUDA_HOME to it (nvcc at $CUDA_HOME/bin/nvcc), "
+            "or use an image that has it (the NGC PyTorch containers)",
+        source=_TORCH_BUILD,
+        emitted=("RuntimeError: CUDA was not found on the system, please set the CUDA_HOME or the CUDA_PATHenvironment "
+                 "variable or add NVCC to your system PATH. The extension compilation will fail.",
+                 "OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root."),
+        confidence=0.9, versions="torch 2.x"),
+)
+
+CUDA_ERRORS = {"no kernel image is available for execution on the device": 209, "named symbol not found": 500,
+               "invalid device function": 98}
+"""The cudaError_t codes whose ``cudaGetErrorString`` the kernels-not-built signature matches (driver_types.h)."""

@@ -1,0 +1,33 @@
+"""Out of memory: a rank's CUDA caching allocator could not allocate. Its message (c10's
+``CUDACachingAllocator``) says how much was asked, what was free and how much PyTorch holds reserved but
+unallocated; ``diagnose.memory`` reads those numbers for the finding's detail."""
+
+from __future__ import annotations
+
+from .base import Signature
+from .build import ASSEMBLED
+
+OOM_PIECES = ("CUDA out of memory. Tried to allocate ", " has a total capacity of ", " of which ",
+              "Including non-PyTorch memory, this process", "Of the allocated memory ", " is allocated by PyTorch, ",
+              " is reserved by PyTorch but unallocated.", " If reserved but unallocated memory is large try setting")
+"""The fixed pieces of the allocator's message, each in the installed ``torch/lib/libc10_cuda.so``."""
+
+SIGNATURES = (
+    Signature(
+        id="cuda-out-of-memory", symptom="oom",
+        patterns=(r"CUDA out of memory\. Tried to allocate",),
+        cause="A rank ran out of GPU memory. With EP overlap on, the combined 1F1B schedule runs one microbatch's "
+              "forward alongside another's backward, so more activations (and the dispatchers' buffers) are alive "
+              "at once than without it; the detail says whether the memory was used or fragmented.",
+        fix="`mbridge-ep-overlap plan` predicts the per-rank memory of the configuration: lower the micro-batch "
+            "size, recompute more (activation recompute of the MoE layer's parts), or raise EP / PP to spread the "
+            "experts; when PyTorch holds much reserved but unallocated memory, "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True first (the allocator's own advice)",
+        source=f"installed:torch/lib/libc10_cuda.so (the allocator's message, {ASSEMBLED}: OOM_PIECES)",
+        emitted=("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+                 "of 139.80 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this process has 138.73 GiB "
+                 "memory in use. Of the allocated memory 120.50 GiB is allocated by PyTorch, and 16.20 GiB is reserved "
+                 "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",),
+        confidence=0.9, versions="torch 2.x"),
+)
