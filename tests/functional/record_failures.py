@@ -43,7 +43,7 @@ SCRIPT = "tests/functional/fault_injector.py"
 OVERLAP = ["--ep-overlap", "on", "--dispatcher", "alltoall"]
 # name -> (fault, extra run_script arguments, hard timeout s). Watchdog 20 s where the watchdog is
 # the witness; the NCCL-timeout case has a 1-minute process-group timeout and the default watchdog,
-# which caps its threshold at half of that timeout (tools.watchdog.PG_TIMEOUT_FRACTION) so that it records
+# which caps its threshold at half of that timeout (runtime.watchdog.PG_TIMEOUT_FRACTION) so that it records
 # the rank's MoE position before NCCL's watchdog ends the job.
 CASES = {
     "nccl_timeout": ("timeout:rank=1,layer=1,step=3,microbatch=0",
