@@ -271,7 +271,7 @@ def test_stand_in_variant_array_each_task_runs_its_variant_and_bench_report_read
         ranks = _probe_lines(text)
         assert sorted(r["rank"] for r in ranks) == [0, 1] and all(r["sum"] == 3 for r in ranks), text[-2000:]
         assert sorted(p.name for p in (folder / "torchrun").rglob("*.log")), list(folder.rglob("*"))  # rank logs
-    assert cli(["bench", "--report", str(run), "--out", str(root / "report")]) == 0
+    assert cli(["bench", "report", str(run), "--out", str(root / "report")]) == 0
     table = capsys.readouterr().out
     assert "| nvlink | off |" in table and "| nvlink | overlap |" in table and "failed" not in table, table
     assert "| measured step s | predicted step s | error |" in table and "not made" in table  # the probe is no model
