@@ -25,7 +25,8 @@ source scripts/gpu/env.sh || exit 1
 mkdir -p "$LOG_DIR"
 export EP_OVERLAP_SMOKE_CACHE=${EP_OVERLAP_SMOKE_CACHE:-$LOG_DIR/smoke.json}
 # EP_OVERLAP_SMOKE=cached reuses the verdicts of an earlier check (EP_OVERLAP_SMOKE_CACHE; doctor shows them).
-if [ "${EP_OVERLAP_SMOKE:-}" = cached ] && [ -s "$EP_OVERLAP_SMOKE_CACHE" ]; then
+# Ranks sharing one GPU (EP_OVERLAP_SHARE_GPU=1): the smoke check needs a GPU per rank, so doctor runs without it.
+if [ "${EP_OVERLAP_SHARE_GPU:-0}" = 1 ] || { [ "${EP_OVERLAP_SMOKE:-}" = cached ] && [ -s "$EP_OVERLAP_SMOKE_CACHE" ]; }; then
   python3 -m mbridge_ep_overlap doctor > "$LOG_DIR/doctor.txt" 2>&1
 else
   python3 -m mbridge_ep_overlap doctor --smoke > "$LOG_DIR/doctor.txt" 2>&1

@@ -5,6 +5,7 @@ the rank at fault and the step of the schedule the evidence carries, checked aga
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -84,11 +85,34 @@ def test_nccl_timeout_names_the_rank_the_collective_and_where_rank_0_waits():
             "not in a dispatch or combine") in text
     # the step: the iteration after the last one logged
     assert f"step: iteration {t['step']} (the last iteration logged is {t['step'] - 1}; none after it)" in text
-    # what the evidence does not carry is said, not guessed
-    assert "layer not in the evidence" in text
+    # the layer: from each rank's progress watchdog, which fires at half the process-group timeout,
+    # before NCCL's own watchdog ends the job
+    assert f"layer (the watchdog's last MoE position): rank {other}: MoE layer 2; rank {t['rank']}: MoE layer {t['layer']}" in text
+    stalled = detail(finding(d, "progress-stalled"))
+    assert (f"rank {t['rank']}: last entered the {t['phase']} {t['where']} of MoE layer {t['layer']}, "
+            f"microbatch {t['microbatch']}, iteration {t['step']} (not returned)") in stalled
+    # the threshold: half of the 1-minute process-group timeout
+    assert all("(threshold 30.0 s)" in line for line in finding(d, "progress-stalled").evidence)
+    # what the stack itself does not carry is said, not guessed
     assert "layer and microbatch: not in the stack" in text
-    assert "faulthandler stacks not in the evidence" in text
     assert "nccl-watchdog-timeout" in {f.signature.id for f in d.findings}
+
+
+def test_nccl_timeout_without_the_watchdog_says_the_layer_is_not_in_the_evidence(tmp_path):
+    # the same recording as a run with the library's evidence off would leave it: no watchdog events,
+    # faulthandler files left empty (NCCL's own watchdog text and the flight recorder remain)
+    run = tmp_path / "nccl_timeout"
+    shutil.copytree(RECORDED / "nccl_timeout", run)
+    for path in (run / "evidence").glob("watchdog-rank*.jsonl"):
+        path.unlink()
+    for path in (run / "evidence").glob("faulthandler-rank*.log"):
+        path.write_text("")
+    d = diagnose([str(run)])
+    assert d.findings[0].signature.id == "collective-not-joined"
+    nccl = finding(d, "nccl-watchdog-timeout")
+    assert any(x.startswith("layer not in the evidence") for x in nccl.detail)
+    assert "faulthandler stacks not in the evidence" in detail(d.findings[0])
+    assert "progress-stalled" not in {f.signature.id for f in d.findings}
 
 
 def test_no_gain_is_one_microbatch_per_rank_from_the_facts():

@@ -145,7 +145,7 @@ def test_a_hang_names_the_layer_or_says_it_is_not_in_the_evidence():
                for x in hang.findings[0].detail)
     timeout = diagnose([str(RECORDED / "nccl_timeout")])
     nccl = next(f for f in timeout.findings if f.signature.id == "nccl-watchdog-timeout")
-    assert any(x.startswith("layer not in the evidence") for x in nccl.detail)
+    assert any(x.startswith("layer (the watchdog's last MoE position): rank 0: MoE layer ") for x in nccl.detail)
 
 
 def test_unseen_labels_are_what_diagnose_names_today():
