@@ -2,13 +2,14 @@
 
 Each set is a separately collected group of real upstream failure reports, kept apart from
 ``failure_reports/`` so that ``diagnose`` can be measured on reports its signatures were not written
-from: ``failure_reports_unseen/`` (collected 2026-12-01) and ``failure_reports_unseen2/`` (collected
-2026-12-02). These tests check only the data: every file has exactly the corpus keys with the corpus
-types, is marked ``split: "unseen"``, points at the upstream thread its id names, repeats no report
-(id or thread) of the main corpus or of an earlier unseen set, and is listed in its folder's README
-table with the same class and recognisability; the second set's ``labels.tsv`` lists every report
-with the same recognisability, what ``diagnose`` named before the frame and native-check readers were
-added (``diagnose_before``), what it names now (``diagnose_after``: compared with ``diagnose`` run on the
+from: ``failure_reports_unseen/`` (collected 2026-12-01), then ``failure_reports_unseen2/``,
+``failure_reports_unseen3/`` and ``failure_reports_unseen4/`` (collected 2026-12-02). These tests
+check only the data: every file has exactly the corpus keys with the corpus types, is marked
+``split: "unseen"``, points at the upstream thread its id names, repeats no report (id or thread) of
+the main corpus or of an earlier unseen set, and is listed in its folder's README table with the
+same class and recognisability; the second set's ``labels.tsv`` lists every report with the same
+recognisability, what ``diagnose`` named before the frame and native-check readers were added
+(``diagnose_before``), what it names now (``diagnose_after``: compared with ``diagnose`` run on the
 report's log here, so the column cannot go stale) and whether that top cause names the maintainers'
 cause (``hit``: yes / partial / no, a judgement). Only that last test runs ``diagnose``.
 """
@@ -27,8 +28,10 @@ MAIN = FIXTURES / "failure_reports"
 UNSEEN_SETS = {
     "unseen": FIXTURES / "failure_reports_unseen",
     "unseen2": FIXTURES / "failure_reports_unseen2",
+    "unseen3": FIXTURES / "failure_reports_unseen3",
+    "unseen4": FIXTURES / "failure_reports_unseen4",
 }
-MINIMUM_REPORTS = {"unseen": 15, "unseen2": 16}
+MINIMUM_REPORTS = {"unseen": 15, "unseen2": 16, "unseen3": 18, "unseen4": 20}
 
 KEYS = (
     "id", "project", "source_url", "title", "date", "log", "maintainers_cause", "cause",
