@@ -11,7 +11,10 @@ Contract
   ``Failed: Assertion error FILE:LINE 'COND'`` / ``Failed: CUDA error FILE:LINE 'ERROR'``, and
   ``EP_DEVICE_ASSERT``'s ``Assertion failed: FILE:LINE, condition: COND``;
 - torch's ``C10D_NCCL_CHECK`` (``torch/csrc/distributed/c10d/NCCLUtils.hpp``) around an NCCL call:
-  ``NCCL error in: FILE:LINE, NCCL_ERROR_STRING, NCCL version X``.
+  ``NCCL error in: FILE:LINE, NCCL_ERROR_STRING, NCCL version X``;
+- a C ``assert`` in any native code (glibc's ``__assert_fail``): ``PROGRAM: FILE:LINE: FUNCTION: Assertion
+  `COND' failed.`` (the ``FILE:LINE:`` may be wrapped onto the line before), its library read from the
+  file's path (HybridEP's ``csrc/hybrid_ep/...`` is DeepEP's), else "native code".
 
 ``findings(checks, facts)`` gives one ``Finding`` per check, from the ``native-check`` row
 (``signatures.config_error.NATIVE_CHECK``): id ``native-check:LIBRARY:FILE:LINE`` (FILE from the
@@ -31,6 +34,8 @@ from .report import Finding
 from .signatures.config_error import NATIVE_CHECK
 
 MAX_CHECKS = 8
+BY_PATH = ""
+"""The library of a format any C/C++ code prints (a failed C ``assert``): read from the file's path."""
 _SOURCE = r"(?P<file>[^\s'\"]+?\.(?:cu|cuh|cpp|cc|c|h|hpp))"
 FORMATS: tuple[tuple[str, str, re.Pattern], ...] = (
     ("transformer-engine", "NVTE_CHECK", re.compile(
@@ -44,11 +49,19 @@ FORMATS: tuple[tuple[str, str, re.Pattern], ...] = (
         r"Assertion failed: " + _SOURCE + r":(?P<line>\d+), condition: (?P<condition>.+?)\s*$")),
     ("nccl", "C10D_NCCL_CHECK", re.compile(
         r"NCCL error in: " + _SOURCE + r":(?P<line>\d+), (?P<message>.+?)(?:, NCCL version (?P<version>[\w.+-]+))?\s*$")),
+    (BY_PATH, "assert", re.compile(  # glibc's __assert_fail: "%s%s%s:%u: %s%sAssertion `%s' failed."
+        _SOURCE + r":(?P<line>\d+):\s*(?:(?P<function>[^`]+?):\s+)?Assertion `(?P<condition>.+)' failed\.")),
 )
 """(library, macro, the expression that reads its format), most specific first."""
 
-ROOTS = {"transformer-engine": ("transformer_engine/",), "deep-ep": ("csrc/",), "nccl": ("torch/csrc/",)}
+ROOTS = {"transformer-engine": ("transformer_engine/",), "deep-ep": ("csrc/",), "nccl": ("torch/csrc/",),
+         "native code": ()}
 """Where a library's file path starts, so that two builds' absolute paths name the same check."""
+_PATH_LIBRARIES = (("transformer-engine", "transformer_engine"), ("deep-ep", "deep_ep"), ("deep-ep", "deepep"),
+                   ("deep-ep", "hybrid_ep"), ("nccl", "/nccl"))
+"""(library, a part of a source path that only its sources have), first match wins; else "native code"."""
+_WRAPPED_ASSERT = re.compile(r"^\s*(?:[^`]+?:\s+)?Assertion `.+' failed\.")
+"""A C ``assert`` message whose ``FILE:LINE:`` a log wrapped onto the line before it."""
 _UNREACHABLE = re.compile(r'^false\s*(?:and|&&)\s*"(.*)"$')
 """``EP_HOST_ASSERT(false and "Unsupported RDMA ranks")``: a branch the code does not support."""
 _FAILED_CALL = re.compile(r"^(CUDA|cuBLAS|cuDNN|NVRTC|cuBLASMp|MPI) [Ee]rror: ")
@@ -93,6 +106,9 @@ def parse(text: str) -> NativeCheck | None:
         if m := pattern.search(text):
             g = m.groupdict()
             path = g["file"].rsplit(":", 1)[-1]
+            if library == BY_PATH:
+                lowered = path.lower()
+                library = next((lib for lib, part in _PATH_LIBRARIES if part in lowered), "native code")
             file = next((root + path.split(root, 1)[1] for root in ROOTS[library] if root in path),
                         path.rsplit("/", 1)[-1])
             return NativeCheck(library, macro, file, int(g["line"]), g.get("function") or "",
@@ -105,11 +121,15 @@ class NativeChecks:
     def __init__(self) -> None:
         self.checks: list[tuple[NativeCheck, str, str]] = []
         """(check, where, the line), first seen first."""
+        self._previous = ""
 
     def feed(self, text: str, where: str) -> None:
+        previous, self._previous = self._previous, text
         if " in function " not in text and "Failed: " not in text and "Assertion failed: " not in text \
-                and "NCCL error in: " not in text:
+                and "NCCL error in: " not in text and "' failed." not in text:
             return
+        if _WRAPPED_ASSERT.match(text) and not parse(text):
+            text = previous.rstrip() + " " + text.strip()
         c = parse(text)
         if c and len(self.checks) < MAX_CHECKS and all((c.library, c.where) != (o.library, o.where)
                                                        for o, _, _ in self.checks):

@@ -1,4 +1,5 @@
-"""A check named from the traceback frame that raised it, when the log holds no message to look up.
+"""A check named from the traceback frame that raised it, when the log holds no message to look up (or one
+that no installed check raises).
 
 Contract
 --------
@@ -7,7 +8,8 @@ Contract
 detail lines of the check that raised it, read from the installed source (``upstream_source``): the
 frame's file (its path after ``megatron/``) and function, the exception the ``raise`` line names, the
 nearest line (line numbers move between versions). The check found in that file and function, raising
-that exception, is named at ``FRAME_CONFIDENCE``; one found by the function alone (another exception,
+that exception, is named at ``FRAME_CONFIDENCE`` when the log has no message (with a message that no installed
+check raises the nearest line is a guess: ``FUNCTION_CONFIDENCE``, and said so); one found by the function alone (another exception,
 or the function now lives in another file: "moved to FILE") at ``FUNCTION_CONFIDENCE``. A function
 that is in no installed file is said to be not in the installed version, at ``ABSENT_CONFIDENCE``,
 with the frame that called it. ``named_assert(error)`` names an ``AssertionError`` whose innermost frame is
@@ -82,7 +84,9 @@ def named(error) -> tuple:
     path, line, function, code = error.raise_frame
     rel = relative(path)
     check, found_in, by_frame = _check(rel, function, error.kind, line)
-    raised = f"raised at {rel}:{line} in {function} in the run: `{code}` (no message in the log)"
+    said = (f"(its message is in no installed check: {error.message[:160]})" if error.message
+            else "(no message in the log)")
+    raised = f"raised at {rel}:{line} in {function} in the run: `{code}` {said}"
     detail = [raised] + _caller(error)
     version = upstream_source.installed_version(rel)
     if check is None:
@@ -106,15 +110,19 @@ def named(error) -> tuple:
     detail += [f"upstream check: {where}: {check.kind}, requires {check.condition}; {message}"]
     if moved:
         detail.append(f"{rel} does not define {function} in the installed {version}: moved to {found_in}")
+    unmatched = " (the log's message is in no installed check: the run's version raises another one here)" \
+        if error.message else " (the log has no message)"
     cause = (f"The check at {where} requires {check.condition}; {message}. Named from the traceback's innermost "
-             f"frame (the log has no message): by file, function and the exception raised" if by_frame else
+             f"frame{unmatched}: by file, function and the exception raised" if by_frame else
              f"The check at {where} requires {check.condition}; {message}. Named by the function alone "
              "(the file or the exception differ in the installed source)") + "."
+    # a message the installed source does not hold makes the nearest line a guess, however well the frame fits
+    sure = FRAME_CONFIDENCE if by_frame and not error.message else FUNCTION_CONFIDENCE
     return dataclasses.replace(
         UPSTREAM_CHECK, id=f"{UPSTREAM_CHECK.id}:{check.where}", cause=cause,
         fix=f"change the configuration so that {check.condition} holds (the check at {check.where})",
         source=f"installed:{check.where}", emitted=(),
-        confidence=FRAME_CONFIDENCE if by_frame else FUNCTION_CONFIDENCE,
+        confidence=sure,
         versions=f"the installed {version} (named from the frame: file, function"
                  + (", exception" if by_frame else "") + "; the nearest line)"), detail
 

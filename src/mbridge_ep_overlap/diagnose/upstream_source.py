@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
+import os
 import importlib.util
 from importlib import metadata
 import re
@@ -33,6 +34,9 @@ PACKAGES = ("megatron.core", "megatron.bridge")
 RAISED = {"AssertionError", "ValueError", "RuntimeError", "TypeError", "NotImplementedError", "KeyError"}
 NEAREST_MIN_RATIO = 0.72
 """How alike (difflib ratio of the literal text) a reworded message must be to name a check at all."""
+LEADING_MIN = 16
+"""Literal characters a message must share with the start of a check's text to be named by its start alone
+(``leading_likeness``: twice this where the ends differ)."""
 _MIN_LITERAL = 12
 NO_LITERAL = "(no literal text)"
 _PLACEHOLDER = re.compile(r"%[-#0 +]*\d*(?:\.\d+)?[sdrfgexiu%]|\{[^{}]*\}")
@@ -207,10 +211,29 @@ def similarity(message: str, check: Check) -> float:
     return max(ratio, overlap)
 
 
+def leading_likeness(message: str, check: Check) -> float:
+    """How alike a message is to a check that another version extended or reworded at its end: 1.0 where the
+    message is the check's text cut after its first placeholder (``Invalid backend: None`` for
+    ``f"Invalid backend: {x}" "Please set ..."``: the value one token, at least ``LEADING_MIN`` literal
+    characters before it); where the two begin with the same ``LEADING_MIN``-plus characters of words,
+    ``NEAREST_MIN_RATIO`` plus how much of the shorter text that start is; else 0."""
+    literal = check.literal
+    head = literal.split("...", 1)[0]
+    message = message.strip()
+    if "..." in literal and len(head) >= LEADING_MIN and message.startswith(head) \
+            and re.fullmatch(r"\S+", message[len(head):]):
+        return 1.0
+    text = literal.replace("...", "")
+    shared = len(os.path.commonprefix([message, text]))
+    if shared < LEADING_MIN * 2 or "..." in text[:shared]:
+        return 0.0
+    return NEAREST_MIN_RATIO + (1 - NEAREST_MIN_RATIO) * shared / max(min(len(message), len(text)), 1) * 0.9
+
+
 def _nearest(message: str, candidates: list[Check], raised_in: str = "") -> Match | None:
     best: Match | None = None
     for c in sorted(candidates, key=lambda c: c.file != raised_in):
-        score = similarity(message, c)
+        score = max(similarity(message, c), leading_likeness(message, c))
         if score >= NEAREST_MIN_RATIO and (best is None or score > best.ratio):
             best = Match(c, False, score)
     return best
@@ -224,6 +247,8 @@ def _file_checks(tree: ast.AST, rel: str, keep_all: bool = False) -> list[Check]
 
     assigned: dict[str, ast.expr] = {}
     scope: list[str] = []
+    elifs: dict[int, tuple[ast.expr, ...]] = {}
+    """id of an ``elif``'s node -> the tests of the branches above it."""
 
     def add(line: int, kind: str, condition: str, msg: ast.expr | None) -> None:
         function = scope[-1] if scope else ""
@@ -250,8 +275,15 @@ def _file_checks(tree: ast.AST, rel: str, keep_all: bool = False) -> list[Check]
             visit(node.test, guard)
             for child in node.body:
                 visit(child, (node.test, True))
+            chain = elifs.pop(id(node), ()) + (node.test,)
+            if _is_elif(node):
+                elifs[id(node.orelse[0])] = chain
+                visit(node.orelse[0], guard)
+                return
+            # the ``else`` of an if / elif chain runs when none of the chain's tests held: it requires one
+            either = chain[0] if len(chain) == 1 else ast.BoolOp(op=ast.Or(), values=list(chain))
             for child in node.orelse:
-                visit(child, (node.test, False) if not _is_elif(node) else guard)
+                visit(child, (either, False))
             return
         named = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
         if named:
