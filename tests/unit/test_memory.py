@@ -11,6 +11,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from mbridge_ep_overlap.core.engine import check_ep_overlap
+from mbridge_ep_overlap.core.prediction_inputs import memory_options
 from mbridge_ep_overlap.base.errors import Severity
 from mbridge_ep_overlap.predict import Cluster, StepInputs
 from mbridge_ep_overlap.predict.memory import MemoryOptions, predict_memory
@@ -68,7 +69,7 @@ def test_distributed_optimizer_divides_the_state_by_the_data_parallel_groups():
     cfg = NS(model=NS(), ddp=NS(use_distributed_optimizer=True), optimizer=NS(
         use_precision_aware_optimizer=True, main_params_dtype="torch.float32", exp_avg_dtype="torch.bfloat16",
         exp_avg_sq_dtype="torch.bfloat16"), comm_overlap=None, mixed_precision=None)
-    assert MemoryOptions.of_config(cfg).optimizer_state_bytes == 8
+    assert memory_options(cfg).optimizer_state_bytes == 8
     assert _mem(optimizer_state_bytes=8).parts_off["optimizer"] == pytest.approx(_mem().parts_off["optimizer"] * 8 / 12)
 
 
@@ -121,7 +122,7 @@ def test_options_read_from_a_config():
              optimizer=NS(optimizer_cpu_offload=False), comm_overlap=NS(overlap_moe_expert_parallel_comm=True,
                                                                         delay_wgrad_compute=True),
              mixed_precision="bf16_mixed")
-    o = MemoryOptions.of_config(cfg)
+    o = memory_options(cfg)
     assert (o.distributed_optimizer, o.grad_reduce_in_fp32, o.recompute_modules, o.overlap, o.early_attn_release,
             o.delay_wgrad) == (True, False, ("moe_act",), True, True, True)
 
@@ -193,7 +194,7 @@ def memory_table(proxy_cfg) -> list[str]:
     import json
     from pathlib import Path
 
-    from mbridge_ep_overlap.predict.inputs import from_config
+    from mbridge_ep_overlap.core.prediction_inputs import from_config
 
     root = Path(__file__).parents[2]
     out = ["| row | stack | measured GiB/rank | predicted GiB | error |", "|---|---|---|---|---|"]
@@ -204,7 +205,7 @@ def memory_table(proxy_cfg) -> list[str]:
         cfg.train.micro_batch_size, cfg.train.global_batch_size = f["micro_batch_size"], f["global_batch_size"]
         m.overlap_moe_expert_parallel_comm, m.delay_wgrad_compute = f["overlap_moe_expert_parallel_comm"], f["delay_wgrad_compute"]
         m.ep_overlap_early_attn_memory_release = "model.ep_overlap_early_attn_memory_release=true" in row["args"]
-        opts = MemoryOptions.of_config(cfg)
+        opts = memory_options(cfg)
         p = predict_memory(from_config(cfg, 2), Cluster(gpu="h200", num_gpus=2), opts)
         pred, meas = (p.allocated_on if opts.overlap else p.allocated_off), max(row["peak_gib_per_rank"])
         out.append(f"| {row['variant']} | {row['stack']} | {meas:.2f} | {pred:.2f} | {100 * (pred / meas - 1):+.1f}% |")

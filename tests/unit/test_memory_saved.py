@@ -101,13 +101,13 @@ def test_local_attention_keeps_one_score_tensor_and_the_expanded_kv(local_layer_
 
 def test_one_local_layer_saves_what_the_memory_model_counts(local_layer_saved):
     from mbridge_ep_overlap.predict import Cluster
-    from mbridge_ep_overlap.predict.inputs import from_config
-    from mbridge_ep_overlap.predict.memory import GIB, MemoryOptions, predict_memory
+    from mbridge_ep_overlap.core.prediction_inputs import from_config, memory_options
+    from mbridge_ep_overlap.predict.memory import GIB, predict_memory
 
     cfg, saved = local_layer_saved
     cfg.model.expert_model_parallel_size = 1
     layer = sum(v for k, v in saved.items() if k.startswith("decoder.layers.0."))
-    options = MemoryOptions.of_config(cfg)
+    options = memory_options(cfg)
     assert (options.fused_activation, options.qk_layernorm, options.fused_cross_entropy) == (False, True, False)
     m = predict_memory(from_config(cfg, 1), Cluster(gpu="h200", num_gpus=1), options)
     predicted = m.parts_off["activations"] * GIB  # PP 1: one microbatch of the one layer

@@ -16,7 +16,7 @@ from mbridge_ep_overlap.core import engine
 from mbridge_ep_overlap.core.dispatcher import decide
 from mbridge_ep_overlap.base.errors import Severity
 from mbridge_ep_overlap.core.facts import Facts
-from mbridge_ep_overlap.predict import config as pconfig
+from mbridge_ep_overlap.core import prediction as pconfig
 from mbridge_ep_overlap.target.cluster import ClusterEnvironment, describe
 from mbridge_ep_overlap.tools.cli import main
 

@@ -73,7 +73,7 @@ def test_delayed_wgrad_moves_the_wgrad_beside_the_dispatch_backward():
     assert p1.on_step_s < p0.on_step_s
     from types import SimpleNamespace as NS
 
-    from mbridge_ep_overlap.predict.inputs import from_config
+    from mbridge_ep_overlap.core.prediction_inputs import from_config
 
     cfg = _cfg()
     cfg.comm_overlap = NS(delay_wgrad_compute=True)  # before finalize copies it into the model
@@ -84,9 +84,9 @@ def test_delayed_wgrad_moves_the_wgrad_beside_the_dispatch_backward():
 def test_selective_recompute_replays_each_listed_module_in_its_backward():
     """MCore recompute_modules: None is its default core_attn, [] recomputes nothing; each listed module's
     forward is added to its own backward node; "moe" is not modelled and is said so."""
-    from mbridge_ep_overlap.predict.config import unmodelled
+    from mbridge_ep_overlap.core.prediction import unmodelled
     from mbridge_ep_overlap.predict.costs import layer_costs
-    from mbridge_ep_overlap.predict.inputs import from_config
+    from mbridge_ep_overlap.core.prediction_inputs import from_config
 
     sel = dict(recompute_granularity="selective")
     assert from_config(_cfg(**sel, recompute_modules=None), 16).recompute_modules == ("core_attn",)
@@ -303,7 +303,7 @@ def _cfg(**model):
 
 
 def test_from_config_and_from_summary_share_one_mapping():
-    from mbridge_ep_overlap.predict.inputs import MODEL_FIELDS, from_config
+    from mbridge_ep_overlap.core.prediction_inputs import MODEL_FIELDS, from_config
 
     cfg = _cfg()
     i = from_config(cfg, 16)
@@ -327,7 +327,7 @@ def test_from_config_and_from_summary_share_one_mapping():
 def test_config_prediction_for_a_described_target():
     from types import SimpleNamespace as NS
 
-    from mbridge_ep_overlap.predict.config import CannotPredict, cluster_for, for_config
+    from mbridge_ep_overlap.core.prediction import CannotPredict, cluster_for, for_config
 
     h100 = NS(gpu_name="NVIDIA H100 80GB HBM3", world_size=16, gpus_per_node=8, nvlink_domain_size=8)
     cp = for_config(_cfg(), h100)
@@ -366,7 +366,7 @@ def test_config_prediction_for_a_described_target():
 def test_config_prediction_not_made_says_why(model, train, reason):
     from types import SimpleNamespace as NS
 
-    from mbridge_ep_overlap.predict.config import CannotPredict, for_config
+    from mbridge_ep_overlap.core.prediction import CannotPredict, for_config
 
     cfg = _cfg(**model)
     vars(cfg.train).update(train)
@@ -378,7 +378,7 @@ def test_config_prediction_not_made_says_why(model, train, reason):
 def test_advice_thresholds_quote_the_numbers():
     from types import SimpleNamespace as NS
 
-    from mbridge_ep_overlap.predict.config import CLEAR_MARGIN, MIN_GAIN, clearly_faster, for_config, little_gain
+    from mbridge_ep_overlap.core.prediction import CLEAR_MARGIN, MIN_GAIN, clearly_faster, for_config, little_gain
 
     assert MIN_GAIN == 1.03 and CLEAR_MARGIN == val.TARGET
     one_node = NS(gpu_name="NVIDIA H100 80GB HBM3", world_size=8, gpus_per_node=8, nvlink_domain_size=8)

@@ -1,5 +1,5 @@
 """GEMM precision, Blackwell hardware and what the model does not represent (``predict.precision``,
-``hardware.json``, ``predict.config.unmodelled`` / ``hybrid_layers``). CPU only; MB's own
+``hardware.json``, ``core.prediction.unmodelled`` / ``hybrid_layers``). CPU only; MB's own
 mixed-precision table is the reference for reading recipe names."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 
 from mbridge_ep_overlap.predict import Cluster, StepInputs, predict
 from mbridge_ep_overlap.predict import precision as prec
-from mbridge_ep_overlap.predict.config import CannotPredict, for_config, hybrid_layers, unmodelled
+from mbridge_ep_overlap.core.prediction import CannotPredict, for_config, hybrid_layers, unmodelled
+from mbridge_ep_overlap.core.prediction_inputs import gemm_precision
 from mbridge_ep_overlap.predict.costs import a2a_cost, default_calibration, layer_costs
 
 HW = json.loads((Path(prec.__file__).parent / "hardware.json").read_text())
@@ -44,11 +45,11 @@ def test_mxfp8_recipe_is_not_bf16():
     from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
     cfg = NS(mixed_precision=get_mixed_precision_config("bf16_with_mxfp8_mixed"), model=NS())
-    assert prec.of_config(cfg) == "mxfp8"
-    assert prec.of_config(NS(mixed_precision="bf16_with_fp8_subchannel_scaling_mixed", model=NS())) == "fp8_blockwise"
-    assert prec.of_config(NS(mixed_precision=None, model=NS(bf16=True, fp8="hybrid", fp8_recipe="delayed"))) == \
+    assert gemm_precision(cfg) == "mxfp8"
+    assert gemm_precision(NS(mixed_precision="bf16_with_fp8_subchannel_scaling_mixed", model=NS())) == "fp8_blockwise"
+    assert gemm_precision(NS(mixed_precision=None, model=NS(bf16=True, fp8="hybrid", fp8_recipe="delayed"))) == \
         "fp8_delayed"
-    assert prec.of_config(NS(mixed_precision=None, model=NS())) is None
+    assert gemm_precision(NS(mixed_precision=None, model=NS())) is None
 
 
 def test_low_precision_gemms_run_at_their_peak_and_send_bf16():

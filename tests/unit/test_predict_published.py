@@ -3,7 +3,7 @@
 Each row's NVIDIA perf recipe is built as ``mbridge-ep-overlap plan --recipe MODULE:FUNCTION`` builds
 it (the library's pipeline, the target described and simulated, the recipe's own EP-overlap setting
 unless the row's source states another), checked to have the published layout, and predicted with
-``predict.config.for_config``. The generated table in docs/prediction.md must be the computed one.
+``core.prediction.for_config``. The generated table in docs/prediction.md must be the computed one.
 ``python tests/unit/test_predict_published.py`` prints the section to paste.
 """
 
@@ -46,7 +46,7 @@ def _layout(cfg) -> dict:
 
 def predicted_rows() -> tuple[dict, dict]:
     """({row id: Predicted}, {row id: the built config's layout})."""
-    from mbridge_ep_overlap.predict.config import for_config
+    from mbridge_ep_overlap.core.prediction import for_config
 
     predicted, layouts = {}, {}
     for r in pub.ROWS:

@@ -141,13 +141,13 @@ def current_dispatcher(model) -> str | None:
 def _auto(target, ep: int, model=None) -> Decision:
     if not target.has_gpu:
         return Decision("alltoall", "auto: GPU unknown, alltoall is the dispatcher every GPU supports")
-    # Rank by the step-time model (predict.config) among the backends that can run and are installed,
+    # Rank by the step-time model (core.prediction) among the backends that can run and are installed,
     # when the model's shape is known and the GPU kind is modelled; else the rules below. A flex
     # backend wins only when it is predicted more than the model's error (CLEAR_MARGIN) faster than
     # alltoall, so auto never picks what the predicted-gain advice would advise against.
     from types import SimpleNamespace
 
-    from ..predict.config import CLEAR_MARGIN, CannotPredict, for_config, secs, step_s
+    from .prediction import CLEAR_MARGIN, CannotPredict, for_config, secs, step_s
 
     usable = [d for d in MEASURED_DISPATCHERS
               if not problems(d, target) and availability(d, target) is True]

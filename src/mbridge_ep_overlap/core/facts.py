@@ -182,10 +182,10 @@ class Facts:
 
     @cached_property
     def prediction(self):
-        """The predicted step time of this config on the target (``predict.config.ConfigPrediction``),
+        """The predicted step time of this config on the target (``core.prediction.ConfigPrediction``),
         made at most once per evaluation; None when it cannot be made (GPU or world size unknown, a
         GPU kind without a hardware model, a config or dispatcher the model does not cover)."""
-        from ..predict.config import CannotPredict, for_config
+        from .prediction import CannotPredict, for_config
 
         try:
             return for_config(self.cfg, self.env, precision=self.precision)
@@ -197,7 +197,7 @@ class Facts:
         """The predicted peak memory per GPU (``predict.memory.MemoryPrediction``), made at most once per
         evaluation; None when it cannot be made (GPU or world size unknown, a config the model does not
         cover, a hybrid Mamba model)."""
-        from ..predict.config import CannotPredict, memory_for_config
+        from .prediction import CannotPredict, memory_for_config
 
         try:
             return memory_for_config(self.cfg, self.env, precision=self.precision)

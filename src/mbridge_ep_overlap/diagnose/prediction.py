@@ -4,7 +4,7 @@ Contract
 --------
 ``beside(paths)`` looks in each PATH (a folder, or the folder of a file) and its ``evidence/`` folder for
 ``*plan.json`` (written by ``slurm``: spec, plan, finalized fields and the step-time model's prediction
-``predict.config.ConfigPrediction.to_dict``) and ``*config.yaml`` (the finalized config). ``lines(paths)``
+``core.prediction.ConfigPrediction.to_dict``) and ``*config.yaml`` (the finalized config). ``lines(paths)``
 gives the words a no-speed-up finding adds: the prediction plan.json records (overlap off / on, the
 speed-up, dispatcher, GPUs, the model's confidence), or, when only a config YAML is there, that it is
 there but holds neither the GPU nor the world size the model needs (``plan --predict`` on it gives the

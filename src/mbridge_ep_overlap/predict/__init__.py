@@ -12,10 +12,11 @@ this project it reads ``base.sizes`` and ``base.gpus``, plain arithmetic and dat
                                                                    reason (predictions are finite or not made)
     Calibration, default_calibration()                  (costs)    the fitted constants (calibration.json)
     fit(rows, calibration_ids), load_rows(paths)        (calibrate) re-fit from bench results.json
-    inputs.from_config(cfg, world_size)                 (inputs)   StepInputs of a Megatron-Bridge config
-    config.for_config(cfg, target)                      (config)   -> ConfigPrediction for a ClusterEnvironment
-                                                                   (plan --predict, the advice rules, auto)
     published.ROWS, published.check(rows, predicted)    (published) MB's published rows as checks (never fitted)
+
+Pure: functions of plain values only; a Megatron-Bridge config is read by the adapter in ``core``
+(``core.prediction_inputs.from_config`` -> StepInputs, ``core.prediction.for_config(cfg, target)`` ->
+ConfigPrediction for a ClusterEnvironment: plan --predict, the advice rules, auto).
 
 Method, defaults with sources, calibration and validation: docs/prediction.md.
 """

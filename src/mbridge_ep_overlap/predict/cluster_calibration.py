@@ -25,7 +25,7 @@ It raises ``ValueError`` naming what is missing (no overlap-off row; a row the m
 ``ClusterCalibration.save(path)`` / ``load(path)`` write and read the file (``SCHEMA``); ``load``
 raises ``ValueError`` with one line for a file that is not one. ``calibration()`` is the shipped
 calibration with the fitted values in place (``source``: the file; a fitted scale-out link is its
-``links[SCALE_OUT]``), the value ``predict.config.for_config(..., calibration=)`` and
+``links[SCALE_OUT]``), the value ``core.prediction.for_config(..., calibration=)`` and
 ``model.predict`` take; ``with_scale_out(cluster)`` is ``cluster`` with that link as its
 ``inter_link``. ``predicted_step(row, cluster, calibration)`` is the model's step for a measured row
 (its variant's side: off or on). Stdlib only.

@@ -12,9 +12,8 @@ Contract
   ``defaults_used``, so a prediction always says what it assumed. DP and the microbatches per
   step come from the summary, else from ``base.sizes`` (DP = world size / (TP x PP x CP),
   microbatches = GBS / (MBS x DP)); an exact derivation is not a default.
-* ``from_config(cfg, world_size)`` - the same for a Megatron-Bridge ``ConfigContainer``, finalized
-  or not: it reads the same field names from ``cfg.model`` / ``cfg.train`` / ``cfg.ddp`` and hands
-  them to ``from_summary`` (one mapping for both).
+* A Megatron-Bridge ``ConfigContainer`` is read in ``core.prediction_inputs.from_config``, which
+  hands the same field names to ``from_summary`` (one mapping for both): nothing here reads a config.
 * ``Cluster`` - the target machine: GPU kind (a key of ``hardware.json``), number of GPUs, GPUs
   per node and NVLink-domain size (``None``: the GPU kind's default), and optional ``LinkSpec``
   overrides for the link inside the NVLink domain and the link between domains.
@@ -419,54 +418,6 @@ class StepInputs:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-# Field names ``from_config`` reads from ``cfg.model`` (the summary keys ``from_summary`` maps).
-MODEL_FIELDS = (
-    "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels", "ffn_hidden_size",
-    "moe_layer_freq", "seq_length", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size",
-    "moe_shared_expert_intermediate_size", "vocab_size", "mtp_num_layers", "q_lora_rank", "kv_lora_rank",
-    "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "tensor_model_parallel_size",
-    "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size", "context_parallel_size",
-    "expert_model_parallel_size", "expert_tensor_parallel_size", "moe_token_dispatcher_type",
-    "moe_flex_dispatcher_backend", "transformer_impl", "high_priority_a2a_comm_stream", "recompute_granularity",
-    "window_size", "window_attn_skip_freq", "delay_wgrad_compute", "recompute_modules",
-)
-TRAIN_FIELDS = ("micro_batch_size", "global_batch_size")
-
-
-def from_config(cfg: Any, world_size: int | None, *, precision: str | None = None, dispatcher: str | None = None,
-                assume: Mapping[str, Any] | None = None) -> StepInputs:
-    """``StepInputs`` of a Megatron-Bridge ``ConfigContainer`` (finalized or not) on ``world_size`` GPUs.
-
-    Reads ``MODEL_FIELDS`` from ``cfg.model``, ``TRAIN_FIELDS`` from ``cfg.train`` (absent: only
-    the model is known), ``overlap_grad_reduce`` from ``cfg.ddp`` and whether the batch carries a
-    dense attention mask from ``cfg.dataset.create_attention_mask``, and maps them with
-    ``StepInputs.from_summary``; DP is derived from ``world_size`` (never read from the config,
-    which only has it after finalize). ``precision`` ("bf16", "fp16", "fp32"): as the caller
-    resolved it (``Facts.precision``); None: read from ``cfg.mixed_precision`` or the model's
-    flags, bf16 assumed (and recorded) when neither says. ``dispatcher``: predict for this one
-    instead of the config's. ``assume``: values for fields the config lacks (recorded in
-    ``defaults_used``)."""
-    model = cfg.model
-    s: dict[str, Any] = {name: getattr(model, name, None) for name in MODEL_FIELDS}
-    train = getattr(cfg, "train", None)
-    s.update({name: getattr(train, name, None) for name in TRAIN_FIELDS})
-    s["overlap_grad_reduce"] = getattr(getattr(cfg, "ddp", None), "overlap_grad_reduce", None)
-    # MB copies comm_overlap.delay_wgrad_compute into the model at finalize: either says it
-    s["delay_wgrad_compute"] = bool(s["delay_wgrad_compute"]
-                                    or getattr(getattr(cfg, "comm_overlap", None), "delay_wgrad_compute", None))
-    # MB's batch carries a dense [s, s] mask when the dataset creates one (training/utils/batch_utils.py)
-    s["attention_mask_in_batch"] = getattr(getattr(cfg, "dataset", None), "create_attention_mask", None)
-    precision = precision or _precision(cfg)
-    s["bf16"], s["fp16"] = (precision == "bf16", precision == "fp16") if precision else (None, None)
-    s["gemm_precision"] = _precision_of.of_config(cfg) or precision
-    if dispatcher is not None:
-        s["dispatcher"] = dispatcher
-    assumed = [k for k in (assume or {}) if s.get(k) is None]
-    s.update({k: assume[k] for k in assumed})  # type: ignore[index]
-    inputs = StepInputs.from_summary(s, num_gpus=world_size)
-    return replace(inputs, defaults_used=tuple(dict.fromkeys((*inputs.defaults_used, *assumed))))
-
-
 def _window(s: Mapping[str, Any], num_layers: int) -> tuple[int | None, int]:
     """(keys before each query, windowed layers) from MCore's ``window_size`` ((left, right) or
     left) and ``window_attn_skip_freq`` as ``transformer/utils.py:is_layer_window_attention`` reads
@@ -485,17 +436,3 @@ def _window(s: Mapping[str, Any], num_layers: int) -> tuple[int | None, int]:
         return left, sum(1 for x in freq[:num_layers] if x)
     freq = _int("window_attn_skip_freq", freq)
     return left, num_layers - num_layers // freq
-
-
-def _precision(cfg: Any) -> str | None:
-    """bf16 / fp16 from ``cfg.mixed_precision`` (a recipe name or a config) or the model's flags;
-    None when nothing says (MB applies mixed precision at finalize)."""
-    mp = getattr(cfg, "mixed_precision", None)
-    if isinstance(mp, str):
-        return "bf16" if "bf16" in mp else "fp16" if "fp16" in mp else None
-    for source in (mp, cfg.model):
-        if getattr(source, "bf16", False):
-            return "bf16"
-        if getattr(source, "fp16", False):
-            return "fp16"
-    return None

@@ -68,7 +68,7 @@ SELECTIVE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryOptions:
-    """What memory depends on beyond ``StepInputs`` (read from the config by ``of_config``)."""
+    """What memory depends on beyond ``StepInputs`` (read from a config by ``core.prediction_inputs.memory_options``)."""
 
     distributed_optimizer: bool = True
     megatron_fsdp: bool = False
@@ -101,58 +101,6 @@ class MemoryOptions:
     """``attention_softmax_in_fp32`` with the unfused masked softmax (local attention): an FP32 copy of the
     probabilities is saved beside the BF16 ones."""
     pipeline_layout: str | None = None  # model.pipeline_model_parallel_layout (MCore's string form)
-
-    @classmethod
-    def of_config(cls, cfg: Any) -> "MemoryOptions":
-        model = getattr(cfg, "model", None)
-        get = lambda obj, name, default=None: (getattr(obj, name, default) if obj is not None else default)  # noqa: E731
-        ddp, opt, co = getattr(cfg, "ddp", None), getattr(cfg, "optimizer", None), getattr(cfg, "comm_overlap", None)
-        mp = getattr(cfg, "mixed_precision", None)
-        grad32 = get(mp, "grad_reduce_in_fp32") if mp is not None and not isinstance(mp, str) else None
-        if grad32 is None:
-            grad32 = get(ddp, "grad_reduce_in_fp32", True)
-        scope = get(model, "cuda_graph_scope") or ()
-        scope = tuple(str(getattr(s, "name", s)) for s in (scope if isinstance(scope, (list, tuple)) else [scope]))
-        modules = get(model, "recompute_modules") or ()
-        overlap = bool(get(co, "overlap_moe_expert_parallel_comm") or get(model, "overlap_moe_expert_parallel_comm"))
-        return cls(
-            distributed_optimizer=bool(get(ddp, "use_distributed_optimizer", get(opt, "use_distributed_optimizer", False))
-                                       or get(ddp, "use_megatron_fsdp", False)),
-            megatron_fsdp=bool(get(ddp, "use_megatron_fsdp", False) or get(cfg, "use_megatron_fsdp", False)),
-            grad_reduce_in_fp32=bool(grad32),
-            optimizer_offload_fraction=float(get(opt, "optimizer_offload_fraction", 0.0) or 0.0)
-            if get(opt, "optimizer_cpu_offload", False) else 0.0,
-            optimizer_state_bytes=sum(_dtype_bytes(get(opt, f)) for f in ("main_params_dtype", "exp_avg_dtype",
-                                                                            "exp_avg_sq_dtype"))
-            if get(opt, "use_precision_aware_optimizer", False) else 12.0,
-            recompute_granularity=get(model, "recompute_granularity"),
-            recompute_method=get(model, "recompute_method"), recompute_num_layers=get(model, "recompute_num_layers"),
-            recompute_modules=tuple(str(m) for m in modules) if isinstance(modules, (list, tuple)) else (),
-            cuda_graph_impl=str(get(model, "cuda_graph_impl", "none") or "none"), cuda_graph_scope=scope,
-            overlap=overlap, early_attn_release=bool(get(model, "ep_overlap_early_attn_memory_release")),
-            delay_wgrad=bool(get(co, "delay_wgrad_compute") or get(model, "delay_wgrad_compute")),
-            tied_embeddings=bool(get(model, "share_embeddings_and_output_weights")),
-            fused_cross_entropy=bool(get(model, "cross_entropy_loss_fusion")),
-            fused_activation=bool(get(model, "bias_activation_fusion") or get(model, "use_te_activation_func")),
-            qk_layernorm=bool(get(model, "qk_layernorm")),
-            softmax_in_fp32=bool(get(model, "attention_softmax_in_fp32") and not get(model, "masked_softmax_fusion")),
-            pipeline_layout=_layout_text(get(model, "pipeline_model_parallel_layout")),
-            deepep_num_sms=int(get(model, "moe_flex_num_sms", None) or get(model, "moe_deepep_num_sms", None) or 20),
-        )
-
-
-def _dtype_bytes(dtype: Any) -> int:
-    """Bytes per element of an optimizer-state dtype (``torch.float32`` / ``torch.bfloat16`` / ``torch.uint8``
-    or their names); FP32 when unset."""
-    name = str(dtype or "float32").rsplit(".", 1)[-1]
-    return 1 if "8" in name and "16" not in name else 2 if "16" in name else 4
-
-
-def _layout_text(layout: Any) -> str | None:
-    """The layout string of a ``pipeline_model_parallel_layout`` (a string, or MCore's object keeping
-    the string it was built from in ``input_data``); None when absent or given as a list."""
-    text = getattr(layout, "input_data", layout)
-    return text if isinstance(text, str) and text else None
 
 
 @dataclass(frozen=True)

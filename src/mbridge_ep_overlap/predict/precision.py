@@ -7,8 +7,8 @@ Contract
   delayed / tensorwise / blockwise / mxfp8, ``fp4`` + ``fp4_recipe`` = nvfp4).
 * ``of_fields(source)``: the precision an object with MB's mixed-precision fields (a
   ``MixedPrecisionConfig`` or a model config after MB applied it) asks for; ``of_name(name)``: the
-  same for one of MB's registered recipe names (``"bf16_with_mxfp8_mixed"``); ``of_config(cfg)``:
-  ``cfg.mixed_precision`` (object or name) first, else the model's own fields; None when nothing says.
+  same for one of MB's registered recipe names (``"bf16_with_mxfp8_mixed"``); a whole config's
+  (``cfg.mixed_precision`` first, else the model's own fields) is ``core.prediction_inputs.gemm_precision``.
   Reading a name needs no Megatron import (the unit tests check ``of_name`` against MB's own table).
 * ``gemm_rate(gpu_spec, precision)`` -> ``Rate``: the dense peak the precision's GEMMs run at on the
   GPU (``hardware.json``), their efficiency relative to the calibrated BF16 efficiency, the extra
@@ -70,19 +70,6 @@ def of_name(name: str) -> str | None:
         if needle in n:
             return precision
     return base
-
-
-def of_config(cfg: Any) -> str | None:
-    """``cfg.mixed_precision`` (a name or a config) first, else the model's fields; None when unset."""
-    mp = getattr(cfg, "mixed_precision", None)
-    if isinstance(mp, str):
-        return of_name(mp)
-    if mp is not None:
-        return of_fields(mp)
-    model = getattr(cfg, "model", None)
-    if model is None or not any(getattr(model, k, None) for k in ("bf16", "fp16", "fp8", "fp4")):
-        return None
-    return of_fields(model)
 
 
 @dataclass(frozen=True)

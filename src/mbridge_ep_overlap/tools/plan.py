@@ -6,7 +6,7 @@ only the target's hardware and version gates simulated. Output (``tools.plan_rep
 ``run_script.py --dryrun`` and ``launch_slurm.py`` share; on stdout, refusals included; the libraries'
 warnings on stderr): the verdict, what changed and why, the rules that fail, advise or could not be
 checked (every rule with ``--rules``), the finalized fields and - with ``--predict``, the default
-when the target spans more than one node - the predicted step time with overlap off and on for the finalized config (``predict.config``;
+when the target spans more than one node - the predicted step time with overlap off and on for the finalized config (``core.prediction``;
 which inputs were defaults is said; ``--calibration FILE``: with that cluster calibration,
 named in the report and in the JSON's ``"calibration"``), or all of it as JSON with ``--json`` (``"prediction"``: the
 prediction, ``{"error": why}`` when none can be made, null when not asked; stdout then carries the

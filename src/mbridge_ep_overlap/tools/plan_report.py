@@ -213,7 +213,7 @@ def rule_lines(report, rows: list[tuple[str, str, str]], all_rules: bool) -> lis
 
 def _prediction(built, calibration=None) -> tuple[dict[str, Any], list[str]]:
     """The step-time prediction of the finalized config on the target: (JSON object, lines)."""
-    from ..predict.config import CannotPredict, for_config
+    from ..core.prediction import CannotPredict, for_config
 
     try:
         cp = for_config(built.cfg, built.target, calibration=calibration)

@@ -138,7 +138,7 @@ def render(args: argparse.Namespace, run_argv: list[str], env_vars: dict[str, st
 
 
 def job_prediction(built) -> dict:
-    from ..predict.config import CannotPredict, for_config
+    from ..core.prediction import CannotPredict, for_config
 
     try:
         return for_config(built.cfg, built.target).to_dict()

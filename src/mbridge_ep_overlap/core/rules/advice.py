@@ -1,7 +1,7 @@
 """Advice (family "environment and advice"): reasons to reconsider a configuration that is valid
 but predicted to gain little. Never refused; printed with the plan.
 
-Both rules read the step-time prediction (``Facts.prediction``, ``predict.config``; method and
+Both rules read the step-time prediction (``Facts.prediction``, ``core.prediction``; method and
 validation in docs/prediction.md): they advise when EP overlap with the config's dispatcher is
 predicted below ``MIN_GAIN`` (1.03x) on this target, or when another dispatcher that can run there
 is predicted more than ``CLEAR_MARGIN`` (10%, the model's stated accuracy) faster. Where no
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ...predict.config import CLEAR_MARGIN, MIN_GAIN, clearly_faster, little_gain
+from ..prediction import CLEAR_MARGIN, MIN_GAIN, clearly_faster, little_gain
 from .. import dispatcher
 from ...base.choices import MEASURED_DISPATCHERS
 from ...base.errors import Severity

@@ -10,7 +10,7 @@ Contract
 * ``for_config(cfg, target, *, precision=None, dispatcher=None, assume=None, calibration=None)`` ->
   ``ConfigPrediction``: with ``calibration`` (a ``Calibration``; None: the shipped one; a fitted
   scale-out link in its ``links`` is the cluster's inter-node link), the config's inputs
-  (``inputs.from_config``), the prediction for its
+  (``prediction_inputs.from_config``), the prediction for its
   dispatcher (or ``dispatcher``) and every dispatcher ranked (``model.rank_dispatchers``), with
   ``lines()`` for ``plan`` and ``to_dict()`` for its JSON (every number in it finite); every
   failure to predict (unknown GPU, a config the model does not cover - malformed or out-of-range
@@ -23,6 +23,8 @@ Contract
   an FP8-class precision whose efficiency is not yet measured) or "low" (anything not modelled).
   Hybrid Mamba models (``hybrid_layer_pattern`` / ``hybrid_override_pattern`` with Mamba layers) are
   refused: ``CannotPredict`` says why - the model has no Mamba layer and never counts one as attention.
+* The adapter between a config and ``predict``'s pure model: it reads the config object and the
+  target, ``predict`` only plain values (``StepInputs``, ``Cluster``).
 * The advice thresholds: overlap is worth keeping when its predicted speedup is at least
   ``MIN_GAIN``; another dispatcher is *clearly* faster when its predicted step is shorter by more
   than ``CLEAR_MARGIN`` (the model's stated accuracy on step time, ``validation.TARGET``).
@@ -37,13 +39,14 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from ..base.gpus import match
-from .cluster_calibration import SCALE_OUT, with_scale_out
-from .costs import REPLAYED_MODULES, Calibration, domain_size, hardware
-from .inputs import Cluster, StepInputs, from_config
-from . import memory
-from .costs import linear_rate
-from .model import NotModelled, OutsideModel, Prediction, rank_dispatchers
-from .validation import TARGET
+from ..predict.cluster_calibration import SCALE_OUT, with_scale_out
+from ..predict.costs import REPLAYED_MODULES, Calibration, domain_size, hardware
+from ..predict.inputs import Cluster, StepInputs
+from ..predict import memory
+from ..predict.costs import linear_rate
+from ..predict.model import NotModelled, OutsideModel, Prediction, rank_dispatchers
+from ..predict.validation import TARGET
+from .prediction_inputs import from_config, memory_options
 
 MIN_GAIN = 1.03  # predicted overlap speedup below this: at best a few percent, within the model's error
 CLEAR_MARGIN = TARGET  # another dispatcher predicted more than 10% faster: outside the model's error
@@ -187,7 +190,7 @@ def for_config(cfg: Any, target: Any, *, precision: str | None = None, dispatche
         raise CannotPredict(own.reason)
     mem, mem_error = None, None
     try:
-        mem = memory.predict_memory(inputs, cluster, memory.MemoryOptions.of_config(cfg))
+        mem = memory.predict_memory(inputs, cluster, memory_options(cfg))
     except _CONFIG_ERRORS as e:
         mem_error = _first_line(e)
     return ConfigPrediction(inputs, cluster, own, ranking, assumed, unmodelled(cfg, inputs), mem, mem_error)
@@ -202,7 +205,7 @@ def memory_for_config(cfg: Any, target: Any, *, precision: str | None = None) ->
         raise CannotPredict(hybrid)
     try:
         inputs = from_config(cfg, cluster.num_gpus, precision=precision)
-        return memory.predict_memory(inputs, cluster, memory.MemoryOptions.of_config(cfg))
+        return memory.predict_memory(inputs, cluster, memory_options(cfg))
     except _CONFIG_ERRORS as e:
         raise CannotPredict(f"the config is outside the model ({type(e).__name__}: {_first_line(e)})") from None
 
