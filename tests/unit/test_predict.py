@@ -129,6 +129,63 @@ def test_sliding_window_layers_follow_mcore_and_cost_less_only_when_fused():
     assert layer_costs(w.with_(**local), gb, cal).attn_f == layer_costs(full.with_(**local), gb, cal).attn_f
 
 
+def test_gpt_oss_eager_expert_passes_cost_only_off_the_op_fuser():
+    """MCore TEGroupedMLP without the TE op fuser runs GPT-OSS's GLU clamps and the FC2 bias eagerly
+    (experts.py:290, 313-330; fused_bias_geglu.py:424-432); the op fuser's fused path runs neither.
+    The bias's bytes follow the probabilities' dtype: FP32 from the flex dispatchers, else the router's."""
+    from mbridge_ep_overlap.predict.costs import _EAGER_EXPERT_BYTES as PER_ELEMENT
+    from mbridge_ep_overlap.predict.costs import eager_expert_bytes, layer_costs
+
+    s = {"num_layers": 36, "hidden_size": 2880, "num_attention_heads": 64, "num_query_groups": 8, "kv_channels": 64,
+         "seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 512, "num_moe_experts": 128,
+         "moe_router_topk": 4, "moe_ffn_hidden_size": 2880, "expert_model_parallel_size": 8,
+         "gated_linear_unit": True, "bias_activation_fusion": True, "activation_func_clamp_value": 7.0,
+         "add_bias_linear": True}
+    eager = StepInputs.from_summary(s, num_gpus=64)
+    fused = StepInputs.from_summary({**s, "use_transformer_engine_op_fuser": True}, num_gpus=64)
+    plain = StepInputs.from_summary({k: v for k, v in s.items() if k not in ("activation_func_clamp_value",
+                                                                             "add_bias_linear")}, num_gpus=64)
+    assert (eager.glu_clamp, eager.expert_fc2_bias) == (True, True)
+    assert (fused.glu_clamp, fused.expert_fc2_bias) == (False, False) == (plain.glu_clamp, plain.expert_fc2_bias)
+    assert not StepInputs.from_summary({**s, "moe_mlp_glu_interleave_size": 32}, num_gpus=64).glu_clamp
+    routed = 4 * 4096 * 2880  # top-4 x tokens x (ffn = hidden = 2880)
+    clamp = tuple(x * routed for x in PER_ELEMENT["clamp"])
+    assert eager_expert_bytes(eager.with_(expert_fc2_bias=False)) == pytest.approx((*clamp, 0.0))
+    assert eager_expert_bytes(eager.with_(expert_fc2_bias=False, recompute_modules=("moe_act",)))[2] == \
+        pytest.approx(clamp[0])
+    bias_bf16 = eager_expert_bytes(eager.with_(glu_clamp=False))
+    bias_fp32 = eager_expert_bytes(eager.with_(glu_clamp=False), "hybridep")
+    assert bias_bf16 == pytest.approx((*(x * routed for x in PER_ELEMENT["fc2_bias_bf16"]), 0.0))
+    assert bias_fp32 == pytest.approx((*(x * routed for x in PER_ELEMENT["fc2_bias_fp32"]), 0.0))
+    fp32_router = StepInputs.from_summary({**s, "moe_router_dtype": "fp32"}, num_gpus=64)
+    assert eager_expert_bytes(fp32_router) == eager_expert_bytes(eager, "deepep")
+    assert eager_expert_bytes(fused) == eager_expert_bytes(eager.with_(transformer_impl="local")) == (0.0, 0.0, 0.0)
+    cal, b200 = default_calibration(), Cluster(gpu="b200", num_gpus=64)
+    c_eager, c_fused = layer_costs(eager, b200, cal), layer_costs(fused, b200, cal)
+    assert c_eager.expert_f > c_fused.expert_f and c_eager.expert_b > c_fused.expert_b
+    assert c_eager.attn_f == c_fused.attn_f
+
+
+def test_eager_expert_bytes_are_the_h200_measurement():
+    """``costs._EAGER_EXPERT_BYTES`` re-derived from the evidence file: seconds x the measured copy
+    rate / elements, the GPU-bound 2-expert case for the FC2 bias; more experts only add launches."""
+    from mbridge_ep_overlap.predict.costs import _EAGER_EXPERT_BYTES, EAGER_EXPERT_EVIDENCE
+
+    rows = {r["case"]: r for r in json.loads((ROOT / EAGER_EXPERT_EVIDENCE).read_text())["rows"]}
+    rate = rows["clone 1 GiB"]["bytes"] / rows["clone 1 GiB"]["idle_gpu_s"]
+
+    def per_element(case: str) -> tuple[float, float]:
+        f = rows[case + " forward"]["idle_gpu_s"] * rate / rows[case + " forward"]["elements"]
+        fb = rows[case + " forward+backward"]["idle_gpu_s"] * rate / rows[case + " forward+backward"]["elements"]
+        return f, fb - f
+
+    for key, case in (("clamp", "clamp chain"), ("fc2_bias_fp32", "fc2 bias, 2 experts, probs float32"),
+                      ("fc2_bias_bf16", "fc2 bias, 2 experts, probs bfloat16")):
+        assert _EAGER_EXPERT_BYTES[key] == pytest.approx(per_element(case), abs=0.06), key
+    for n in (8, 16):  # never faster with more experts (the same bytes, more kernels)
+        assert per_element(f"fc2 bias, {n} experts, probs float32")[1] >= per_element("fc2 bias, 2 experts, probs float32")[1]
+
+
 def test_package_imports_only_the_standard_library():
     allowed = set(sys.stdlib_module_names)
     for path in PKG.glob("*.py"):

@@ -35,6 +35,8 @@ MODEL_FIELDS = (
     "expert_model_parallel_size", "expert_tensor_parallel_size", "moe_token_dispatcher_type",
     "moe_flex_dispatcher_backend", "transformer_impl", "high_priority_a2a_comm_stream", "recompute_granularity",
     "window_size", "window_attn_skip_freq", "delay_wgrad_compute", "recompute_modules",
+    "use_transformer_engine_op_fuser", "gated_linear_unit", "bias_activation_fusion", "activation_func_clamp_value",
+    "moe_mlp_glu_interleave_size", "use_te_activation_func", "add_bias_linear", "moe_router_dtype",
 )
 TRAIN_FIELDS = ("micro_batch_size", "global_batch_size")
 

@@ -19,7 +19,8 @@ one constant cannot hold both Qwen3-30B-A3B's small GEMMs and DeepSeek-V3's larg
 calibrated efficiencies are fitted on the GPU the calibration was measured on
 (``calibration.json``); pass counts of the memory-bound kernels are fixed constants
 (``_PASSES``), not fitted. Sliding-window layers shorten fused attention; selectively recomputed
-modules (``REPLAYED_MODULES``) add their forward to their backward node. All-to-all time = latency + max(bytes inside the NVLink domain /
+modules (``REPLAYED_MODULES``) add their forward to their backward node; the unfused grouped
+expert MLP adds its eager clamp and FC2-bias passes (``eager_expert_bytes``). All-to-all time = latency + max(bytes inside the NVLink domain /
 its bandwidth, bytes leaving it / the NIC bandwidth) for the dispatcher's traffic pattern.
 
 Stdlib only; loads ``hardware.json`` and ``calibration.json`` from this package's folder.
@@ -63,6 +64,58 @@ _ATTN_KEY_TILE = 128  # keys per tile of the fused attention kernels (FlashAtten
 _BWD_GEMM = 2.0  # dgrad + wgrad
 _BWD_MEM = 2.0
 _BWD_ATTN = {"local": 2.0, "transformer_engine": 2.5}  # flash backward recomputes the scores
+
+
+# Copy-equivalent bytes per element of the eager expert passes of MCore 0.19.2's unfused grouped
+# expert MLP (``eager_expert_bytes``): the exact expressions timed on 1x H200 (torch 2.11) at GPT-OSS-120B
+# shapes, seconds x the same GPU's measured copy rate / elements, BF16 activations
+# (docs/evidence/2026-12-02-h200x1-eager-expert/eager_expert_ops.json, 2 local experts: the GPU-bound
+# case; tests/unit/test_predict.py re-derives them). Counted from the code they are 16 / 20 (clamps,
+# per ffn element) and 28 / 36 (FP32 probabilities) or 12 / 12 (BF16), per hidden element: strided
+# views, broadcasts and mixed dtypes keep PyTorch's elementwise kernels below the copy rate.
+EAGER_EXPERT_EVIDENCE = "docs/evidence/2026-12-02-h200x1-eager-expert/eager_expert_ops.json"
+_EAGER_EXPERT_BYTES = {  # (forward, backward) per routed-copy element
+    "clamp": (32.8, 69.0),  # per ffn element: two clamps + cat, their backwards + the chunk-gradient cat
+    "fc2_bias_fp32": (51.0, 65.6),  # per hidden element, FP32 probabilities (flex dispatchers)
+    "fc2_bias_bf16": (23.3, 35.1),  # per hidden element, probabilities in the activations' dtype
+}
+
+
+def eager_expert_bytes(inputs: StepInputs, dispatcher: str | None = None) -> tuple[float, float, float]:
+    """(forward, backward, ``moe_act`` replay) copy-equivalent HBM bytes per layer and microbatch of the
+    eager passes of Megatron-Core 0.19.2's unfused grouped expert MLP (``TEGroupedMLP`` without the TE
+    op fuser; ``StepInputs.glu_clamp`` / ``expert_fc2_bias``) on the Transformer-Engine stack; 0 elsewhere.
+
+    * Clamped GLU (``fusions/fused_bias_geglu.py:424-432``) over the FC1 output of every routed copy:
+      two clamps and a ``cat`` before the fused GLU kernel; backward the two clamp backwards and the
+      chunk's gradient ``cat``. A recomputed ``moe_act`` (the checkpointed ``bias_act_func``) replays
+      the forward.
+    * FC2 bias (``experts.py:246`` ``skip_bias_add=True``, added at ``313-330``): per local expert
+      ``t + b * p``, a ``cat`` and a ``.to``; backward the casts and the multiply's two gradients. In
+      FP32 where the probabilities are: the flex dispatchers hand FP32 probabilities to the experts
+      (``token_dispatcher.py:1127-1133``, ``1303-1309``), ``alltoall`` those of the router's dtype.
+
+    Bytes per element: ``_EAGER_EXPERT_BYTES`` (measured with BF16 activations, scaled by the
+    activation width otherwise). The per-expert kernels' launches (about 2 per local expert forward, 5
+    backward) are not costed: on the H200 host they made 8 and 16 local experts host-bound (the
+    evidence file), and no host time per kernel is known for the target machines.
+    """
+    i = inputs
+    if i.transformer_impl != "transformer_engine":
+        return 0.0, 0.0, 0.0
+    width = i.bytes_per_element / 2
+    routed = i.moe_router_topk * i.tokens_per_gpu
+    fwd = bwd = replay = 0.0
+    if i.glu_clamp:
+        f, b = _EAGER_EXPERT_BYTES["clamp"]
+        fwd, bwd = f * routed * i.moe_ffn_hidden_size * width, b * routed * i.moe_ffn_hidden_size * width
+        replay = fwd if "moe_act" in i.recompute_modules else 0.0
+    if i.expert_fc2_bias:
+        fp32 = (dispatcher or i.dispatcher) in ("deepep", "hybridep") or i.router_probs_bytes > i.bytes_per_element
+        f, b = _EAGER_EXPERT_BYTES["fc2_bias_fp32" if fp32 else "fc2_bias_bf16"]
+        fwd += f * routed * i.hidden_size * width
+        bwd += b * routed * i.hidden_size * width
+    return fwd, bwd, replay
 
 
 @lru_cache(maxsize=4)
@@ -393,9 +446,10 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
     expert_q = k * T * (h + F)  # FC1 and FC2 inputs
     groups = max(1, E // i.ep)  # one grouped GEMM call runs every local expert
     t_expert = lin(expert_flops * 2 / 3, groups) + lin(expert_flops / 3, groups)  # fc1, fc2
-    expert_f = t_expert + lin_mem(expert_q) + mem(expert_mem)
+    eager_f, eager_b, eager_replay = eager_expert_bytes(i, dispatcher)  # GPT-OSS's unfused path
+    expert_f = t_expert + lin_mem(expert_q) + mem(expert_mem) + mem(eager_f)
     expert_b = (_BWD_GEMM * t_expert + _BWD_MEM * lin_mem(expert_q) + _BWD_MEM * mem(expert_mem)
-                + mem(expert_params * grad_acc))
+                + mem(expert_params * grad_acc) + mem(eager_b))
     cpost = mem((_PASSES["combine_post_per_topk"] * k + _PASSES["combine_post"]) * T * h * b)
 
     # dense layers
@@ -420,6 +474,7 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
         replay_attn += lin(up, 2 if q_in else 1) + mem(rope_elems * b)
     replay_pre = t_shared + mem(3 * T * shared * b) if "shared_experts" in sel and shared else 0.0
     replay_expert = mem(3 * k * T * F * b) if "moe_act" in sel else 0.0  # fused GLU: reads 2 x ffn, writes 1
+    replay_expert += mem(eager_replay)  # the clamps before it
     replay_dense = dense_mlp_f if "mlp" in sel else 0.0
 
     # output layer + loss, embedding

@@ -185,7 +185,7 @@ class Cluster:
 _VALUE_RANGES: tuple[tuple[tuple[str, ...], int, bool], ...] = (
     (("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels", "seq_length",
       "micro_batch_size", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "vocab_size", "tp", "pp",
-      "cp", "ep", "etp", "dp", "num_microbatches", "bytes_per_element"), 1, False),
+      "cp", "ep", "etp", "dp", "num_microbatches", "bytes_per_element", "router_probs_bytes"), 1, False),
     (("num_dense_layers", "mtp_num_layers"), 0, False),
     (("vpp",), 1, True),
     (("moe_shared_expert_intermediate_size", "ffn_hidden_size", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
@@ -244,6 +244,11 @@ class StepInputs:
     delay_wgrad: bool = False  # MCore delay_wgrad_compute (acts with overlap on only)
     recompute_modules: tuple[str, ...] = ()  # selective recompute (MCore recompute_modules); () = none
     overlap_grad_reduce: bool = True
+    # the unfused grouped expert MLP (MCore TEGroupedMLP without the TE op fuser, experts.py:290):
+    # eager passes over the routed tokens that the fused FC1 + GLU + FC2 op does not run
+    glu_clamp: bool = False  # activation_func_clamp_value: two clamps + a cat before the fused GLU kernel
+    expert_fc2_bias: bool = False  # add_bias_linear: the FC2 bias added per local expert, t + b * p and a cat
+    router_probs_bytes: int = 2  # bytes per routing probability (moe_router_dtype; None: the activations')
     defaults_used: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -389,6 +394,15 @@ class StepInputs:
             selective = tuple(str(x) for x in listed) if isinstance(listed, (list, tuple)) else ("core_attn",)
         if recompute is None:
             recompute = s.get("recompute_granularity") == "full"
+        # MCore 0.19.2 TEGroupedMLP: the op fuser (use_transformer_engine_op_fuser) runs FC1, the clamped
+        # GLU and FC2 with its bias in one op (experts.py:290, 753); otherwise the clamps run before the
+        # fused GLU when bias_activation_fusion takes it (fused_bias_geglu.py:424-432, experts.py:827-843)
+        # and the FC2 bias (skip_bias_add=True, experts.py:246) is added eagerly (experts.py:313-330)
+        unfused = not s.get("use_transformer_engine_op_fuser")
+        glu_clamp = bool(unfused and s.get("gated_linear_unit") and s.get("bias_activation_fusion")
+                         and s.get("activation_func_clamp_value") is not None
+                         and s.get("moe_mlp_glu_interleave_size") is None and not s.get("use_te_activation_func"))
+        router_bytes = {"fp32": 4, "fp64": 8}.get(str(s.get("moe_router_dtype")), nbytes)
 
         return cls(
             num_layers=num_layers, hidden_size=hidden, num_attention_heads=heads, num_query_groups=groups,
@@ -411,6 +425,8 @@ class StepInputs:
             recompute=bool(recompute), overlap_grad_reduce=bool(get("overlap_grad_reduce")),
             delay_wgrad=bool(s.get("delay_wgrad_compute")),  # absent: MCore's default, off
             recompute_modules=selective,
+            glu_clamp=glu_clamp, expert_fc2_bias=bool(unfused and s.get("add_bias_linear")),
+            router_probs_bytes=router_bytes,
             defaults_used=tuple(dict.fromkeys(used)),
         )
 
