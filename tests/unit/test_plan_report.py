@@ -171,12 +171,32 @@ def _root_warning():
     logging.getLogger().warning("Disabling tensor parallel communication overlap due to TP size < 2.")
 
 
+def _own_handler_warning():
+    """As transformers logs: its library logger has its own stderr handler and does not propagate."""
+    import io
+    import logging
+
+    library = logging.getLogger("transformers")
+    printed = io.StringIO()
+    handler = logging.StreamHandler(printed)
+    library.addHandler(handler)
+    saved = library.propagate
+    library.propagate = False
+    try:
+        logging.getLogger("transformers.configuration_utils").warning("`torch_dtype` is deprecated! Use `dtype` instead!")
+    finally:
+        library.removeHandler(handler)
+        library.propagate = saved
+    assert printed.getvalue() == ""  # collected, not printed by the library's handler
+
+
 WARNING_ROWS = [  # what is raised, import noise count, the warnings about the run (message part -> count)
     ("import", 1, {}),
     ("runtime", 0, {"UserWarning: moe_hybridep_num_sms is deprecated": 1}),
     ("runtime-twice", 0, {"UserWarning: moe_hybridep_num_sms is deprecated": 2}),
     ("root-logger", 0, {"warning from root: Disabling tensor parallel communication overlap": 1}),
     ("both", 1, {"UserWarning: moe_hybridep_num_sms is deprecated": 1}),
+    ("own-handler", 0, {"warning from transformers.configuration_utils: `torch_dtype` is deprecated": 1}),
 ]
 
 
@@ -190,6 +210,8 @@ def test_warnings_split_into_import_noise_and_warnings_about_the_run(kind, noise
                 warnings.warn("moe_hybridep_num_sms is deprecated. Use moe_flex_dispatcher_num_sms instead.")
         if kind == "root-logger":
             _root_warning()
+        if kind == "own-handler":
+            _own_handler_warning()
 
     c = _collect(action)
     assert len(c.import_noise) == noise
@@ -212,4 +234,5 @@ def test_the_real_command_collapses_import_noise_unless_verbose(verbose, tmp_pat
     else:
         assert "warnings.warn(" not in r.stderr and "warnings from importing Megatron on this machine" in r.stderr
         assert "raised about this config" in r.stderr and "-v or EP_OVERLAP_VERBOSE=1" in r.stderr
+        assert "[transformers]" not in r.stderr  # its own handler's line is collected with the rest
     assert "Traceback" not in r.stderr and "UserWarning" not in r.stdout

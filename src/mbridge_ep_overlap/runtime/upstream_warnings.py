@@ -1,9 +1,10 @@
 """Warnings the libraries raise while a command runs, split in two: import noise and warnings about the run.
 
 Contract: inside ``Collector`` (started and ended by the stderr hold of ``runtime.exits``) every Python
-warning and every warning record of the root logger (where Megatron-Bridge logs) is kept instead of
-printed. A warning raised while a module is being imported - importing Megatron on a machine without
-Transformer Engine, APEX or CUDA raises a dozen "X is not installed, falling back" - is *import noise*:
+warning and every warning record of the root logger (where Megatron-Bridge logs) and of the libraries
+that log through a handler of their own (transformers) is kept instead of printed. A warning raised
+while a module is being imported - importing Megatron on a machine without Transformer Engine, APEX or
+CUDA raises a dozen "X is not installed, falling back" - is *import noise*:
 it is about this machine, not about the config, and ``summary()`` says it in one line with its count. Any
 other warning was raised while the recipe was built or finalized: it is about the user's run, and
 ``summary()`` lists each once, with how often it was raised. ``EP_OVERLAP_VERBOSE=1`` (or a command's
@@ -23,6 +24,14 @@ _IMPORTING = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_ext
 # torch logs "No CUDA runtime is found" on its own logger (not the root) while torch.utils.cpp_extension
 # is imported: import noise like the Python warnings beside it
 _IMPORT_LOGGERS = ("torch.utils.cpp_extension",)
+# libraries whose loggers print through a handler of their own and do not propagate to the root logger
+# (transformers: "[transformers] `torch_dtype` is deprecated!", raised while MB builds a recipe's HF config);
+# a filter on a parent logger never sees a child's records, so their records are taken where they are handled
+_OWN_HANDLER_LIBRARIES = ("transformers",)
+
+
+def _own_handler(name: str) -> bool:
+    return any(name == lib or name.startswith(lib + ".") for lib in _OWN_HANDLER_LIBRARIES)
 
 
 def _importing() -> bool:
@@ -42,6 +51,7 @@ class Collector:
 
     def __post_init__(self) -> None:
         self._saved_show = None
+        self._saved_handle = None
         self._loggers: list[logging.Logger] = []
 
     def start(self) -> "Collector":
@@ -50,6 +60,15 @@ class Collector:
         self._loggers = [logging.getLogger(), *(logging.getLogger(n) for n in _IMPORT_LOGGERS)]
         for logger in self._loggers:
             logger.addFilter(self._filter)
+        self._saved_handle = handle = logging.Logger.handle
+        collector = self
+
+        def handled(logger: logging.Logger, record: logging.LogRecord) -> None:
+            if _own_handler(record.name) and not collector._filter(record):
+                return
+            handle(logger, record)
+
+        logging.Logger.handle = handled  # type: ignore[method-assign]
         return self
 
     def stop(self) -> None:
@@ -59,6 +78,9 @@ class Collector:
         for logger in self._loggers:
             logger.removeFilter(self._filter)
         self._loggers = []
+        if self._saved_handle is not None:
+            logging.Logger.handle = self._saved_handle  # type: ignore[method-assign]
+            self._saved_handle = None
 
     def _keep(self, text: str) -> None:
         if _importing():
