@@ -5,17 +5,22 @@ configs, described targets."""
 
 from __future__ import annotations
 
-import copy
+import json
+from pathlib import Path
 from types import SimpleNamespace as NS
 
 import pytest
 
 from mbridge_ep_overlap.core.engine import check_ep_overlap
-from mbridge_ep_overlap.core.prediction_inputs import memory_options
+from mbridge_ep_overlap.core.prediction_inputs import from_config, memory_options
 from mbridge_ep_overlap.base.errors import Severity
+from mbridge_ep_overlap.pipeline import build, finalize
 from mbridge_ep_overlap.predict import Cluster, StepInputs
-from mbridge_ep_overlap.predict.memory import MemoryOptions, predict_memory
+from mbridge_ep_overlap.predict.memory import MemoryOptions, predict_memory, te_cublas_workspaces
+from mbridge_ep_overlap.runtime.flags import spec_from_args
 from mbridge_ep_overlap.target.cluster import describe
+from mbridge_ep_overlap.target.offline import offline_architectures
+from mbridge_ep_overlap.tools.run import parse_args
 
 
 def _moe(**kw) -> StepInputs:
@@ -106,6 +111,19 @@ def test_dispatcher_buffers_only_for_the_flex_backends():
     assert _mem(cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn",)).parts_on["cuda_graphs"] > 0
 
 
+def test_transformer_engine_holds_its_cublas_workspaces_and_the_local_stack_none():
+    # TE 2.18: one workspace for general_gemm, one per compute stream (4) for te.GroupedLinear, 3 more for
+    # userbuffers GEMMs; 32 MiB + 1 KiB each from compute capability 9.0 on, 4 MiB before
+    mib = 2 ** 20
+    te = _mem(_moe(), grouped_gemm=True).parts_off["cublas_workspaces"] * 2 ** 30
+    assert te == 5 * (32 * mib + 1024)
+    assert _mem(_moe()).parts_off["cublas_workspaces"] * 2 ** 30 == 32 * mib + 1024
+    ub = _mem(_moe(tp=2, dp=8), grouped_gemm=True, tp_comm_overlap=True).parts_off["cublas_workspaces"] * 2 ** 30
+    assert ub == 8 * (32 * mib + 1024)
+    a100 = te_cublas_workspaces(_moe(), Cluster(gpu="a100", num_gpus=16), MemoryOptions(grouped_gemm=True))
+    assert a100 == 5 * 4 * mib
+    assert _mem(_moe(transformer_impl="local"), grouped_gemm=True).parts_off["cublas_workspaces"] == 0
+
 def test_lines_and_dict_say_the_totals():
     m = _mem()
     text = "\n".join(m.lines())
@@ -189,35 +207,43 @@ def test_the_peak_is_the_stage_with_the_most_layers_in_flight():
 MEMORY_EVIDENCE = "docs/evidence/2026-12-01-h200x1-predict/memory.json"
 
 
-def memory_table(proxy_cfg) -> list[str]:
-    """The memory check rows of docs/prediction.md: each measured peak against the prediction."""
-    import json
-    from pathlib import Path
+def _measured_config(row: dict, versions: dict):
+    """The config a memory row ran: its ``run_script.py`` arguments (recipe, sizes, overlap, overrides) built
+    and finalized as ``run_script.py`` does, for the described target (2x H200, the row's TE version). The
+    finalized fields must be the ones the row recorded: a row is predicted from what it measured."""
+    te = versions.get("transformer_engine", "")
+    target = describe("h200", 2, te_version="" if te == "not installed" else te, deep_ep_version=None)
+    with offline_architectures():
+        built = build(spec_from_args(parse_args(row["args"])), target=target)
+        summary = finalize(built).summary
+    # the launcher exports CUDA_DEVICE_MAX_CONNECTIONS itself; every other recorded field must match
+    recorded = {k: v for k, v in row["finalized"].items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
+    assert {k: summary.get(k) for k in recorded} == recorded, row["name"]
+    assert built.cfg.model.transformer_impl == row["transformer_impl"], row["name"]
+    return built.cfg
 
-    from mbridge_ep_overlap.core.prediction_inputs import from_config
 
+def memory_table() -> list[str]:
+    """The memory check rows of docs/prediction.md: each measured peak against the prediction for the
+    config the row ran (``_measured_config``)."""
     root = Path(__file__).parents[2]
-    out = ["| row | stack | measured GiB/rank | predicted GiB | error |", "|---|---|---|---|---|"]
-    for row in json.loads((root / MEMORY_EVIDENCE).read_text())["rows"]:
-        cfg = copy.deepcopy(proxy_cfg)
-        m, f = cfg.model, row["finalized"]
-        m.expert_model_parallel_size, m.transformer_impl = f["expert_model_parallel_size"], row["transformer_impl"]
-        cfg.train.micro_batch_size, cfg.train.global_batch_size = f["micro_batch_size"], f["global_batch_size"]
-        m.overlap_moe_expert_parallel_comm, m.delay_wgrad_compute = f["overlap_moe_expert_parallel_comm"], f["delay_wgrad_compute"]
-        m.ep_overlap_early_attn_memory_release = "model.ep_overlap_early_attn_memory_release=true" in row["args"]
+    data = json.loads((root / MEMORY_EVIDENCE).read_text())
+    out = ["| row | stack | recipe | measured GiB/rank | predicted GiB | error |", "|---|---|---|---|---|---|"]
+    for row in data["rows"]:
+        cfg = _measured_config(row, data["versions"])
         opts = memory_options(cfg)
         p = predict_memory(from_config(cfg, 2), Cluster(gpu="h200", num_gpus=2), opts)
         pred, meas = (p.allocated_on if opts.overlap else p.allocated_off), max(row["peak_gib_per_rank"])
-        out.append(f"| {row['variant']} | {row['stack']} | {meas:.2f} | {pred:.2f} | {100 * (pred / meas - 1):+.1f}% |")
+        recipe = row["args"][row["args"].index("--recipe") + 1]
+        out.append(f"| {row['variant']} | {row['stack']} | `{recipe}` | {meas:.2f} | {pred:.2f} | "
+                   f"{100 * (pred / meas - 1):+.1f}% |")
     return out
 
 
-def test_memory_table_in_the_docs_is_the_computed_one(proxy_cfg):
-    from pathlib import Path
-
+def test_memory_table_in_the_docs_is_the_computed_one():
     doc = (Path(__file__).parents[2] / "docs/prediction.md").read_text()
-    table = memory_table(proxy_cfg)
+    table = memory_table()
     assert "\n".join(table) in doc, "regenerate: " + "\n".join(table)
     # every row, both stacks, within 10% of the measured peak
-    errors = [float(line.split("|")[5].strip(" %")) for line in table[2:]]
+    errors = [float(line.split("|")[6].strip(" %")) for line in table[2:]]
     assert len(errors) == 7 and all(abs(e) <= 10 for e in errors), errors

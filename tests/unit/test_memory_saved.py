@@ -108,7 +108,7 @@ def test_one_local_layer_saves_what_the_memory_model_counts(local_layer_saved):
     cfg.model.expert_model_parallel_size = 1
     layer = sum(v for k, v in saved.items() if k.startswith("decoder.layers.0."))
     options = memory_options(cfg)
-    assert (options.fused_activation, options.qk_layernorm, options.fused_cross_entropy) == (False, True, False)
+    assert (options.fused_activation, options.qk_layernorm, options.grouped_gemm) == (False, True, True)
     m = predict_memory(from_config(cfg, 1), Cluster(gpu="h200", num_gpus=1), options)
     predicted = m.parts_off["activations"] * GIB  # PP 1: one microbatch of the one layer
     assert predicted == pytest.approx(layer, rel=0.03), (predicted / 2**20, layer / 2**20, saved)

@@ -36,7 +36,7 @@ EXPECTED = {
         UpstreamRefusal, "virtual_pipeline_model_parallel_size conflicts with pipeline_model_parallel_layout"),
     "deepseek_v3_pretrain_256gpu_gb300_fp8mx_partial_cg_dev_config": (
         UpstreamRefusal, "virtual_pipeline_model_parallel_size conflicts with pipeline_model_parallel_layout"),
-    # Predicted 257.5 GiB per GPU with overlap on (237.5 off) of B200's 180: unlike every other Qwen3-235B
+    # Predicted 257.7 GiB per GPU with overlap on (237.6 off) of B200's 180: unlike every other Qwen3-235B
     # B200 recipe it leaves bias_activation_fusion off, and MCore's unfused SwiGLU keeps three more
     # ffn-wide tensors per routed token (docs/prediction.md "Memory per GPU"). MCore would refuse it
     # anyway at transformer_config.py:1631 (moe_hybridep_num_sms=16 from the base recipe plus
@@ -186,7 +186,7 @@ REAL_REFUSALS = [
     (r"_deepep_dev_config$", tuple(WAYS), {"upstream: Conflicting deprecated SM-count knobs"},
      "the base recipe sets moe_hybridep_num_sms, this one adds moe_deepep_num_sms"),
     (r"^qwen3_235b_a22b_pretrain_128gpu_b200_fp8mx_deepep_dev_config$", tuple(WAYS), {"fits-in-gpu-memory"},
-     "predicted 257.5 GiB per GPU with overlap on, 237.5 off, of 180: the unfused SwiGLU (bias_activation_fusion "
+     "predicted 257.7 GiB per GPU with overlap on, 237.6 off, of 180: the unfused SwiGLU (bias_activation_fusion "
      "off, unlike the other B200 recipes) at micro batch 3 with PP4 x VPP2 warm-up"),
     (lambda cfg: cfg.model.moe_paged_stash, ("alltoall",), {"upstream: moe_expert_rank_capacity_factor requires"},
      "moe_paged_stash needs a per-rank capacity factor, which MCore accepts only with hybridep or ncclep"),

@@ -26,16 +26,17 @@ on the last; split into parts:
   logits, which a combined step frees before its layer pairs) and with VPP warms up one chunk more
   (``schedules.py:939``); delayed wgrad keeps one layer's expert GEMM inputs longer. Full recompute
   keeps each recomputed layer's input only, selective recompute drops the modules it replays.
-* ``logits`` (last stage: BF16 output + FP32 loss copy, which the unfused loss turns into its
-  softmax), ``dispatcher_buffers`` (DeepEP: its NVLink
+* ``logits`` (last stage: the BF16 output + an FP32 tensor of the same shape: the unfused loss's
+  softmax, MCore's fused loss's ``exp_logits``, TE's fused loss's FP32 gradient), ``dispatcher_buffers`` (DeepEP: its NVLink
   and RDMA buffers, ``num_sms / 2`` channels x peers x chunked tokens x hidden bytes, the shape of
   DeepEP's ``get_nvl_buffer_size_hint`` that MCore's ``fused_a2a.get_buffer`` asks for; HybridEP:
   dispatch and combine buffers of ``max_num_of_tokens_per_rank`` tokens for every rank of the NVLink
   domain, ``fused_a2a.init_hybrid_ep_buffer``), ``cuda_graphs`` (static input/output buffers of the
   graphed scopes per layer for one microbatch, the graphs sharing one pool: an estimate, no
   measurement yet),
-  ``workspace`` (one layer's activations of backward transients) and ``fixed`` (CUDA context,
-  cuBLAS / NCCL workspaces: ``FIXED_GIB``, assumed).
+  ``workspace`` (one layer's activations of backward transients), ``cublas_workspaces`` (Transformer
+  Engine's persistent cuBLAS workspaces, ``te_cublas_workspaces``) and ``fixed`` (CUDA context, NCCL
+  buffers: ``FIXED_GIB``, assumed).
 
 ``MemoryPrediction.allocated_off/on`` is what ``torch.cuda.max_memory_allocated`` measures (no
 ``fixed``, no fragmentation); ``total_off/on`` adds both and is what the rule compares with the
@@ -55,13 +56,13 @@ from .costs import domain_size, ep_layout
 from .inputs import Cluster, StepInputs
 
 GIB = 2 ** 30
-FIXED_GIB = 2.0  # assumed: CUDA context + cuBLAS workspace + NCCL buffers per GPU
+FIXED_GIB = 2.0  # assumed: CUDA context + NCCL buffers per GPU, outside the caching allocator
 FRAGMENTATION = 0.05  # assumed: caching-allocator reserve above the allocated peak
 NEAR = 0.90  # the advice threshold: predicted above this share of the GPU's memory
 MODEL_ERROR = 0.25
 """How far above the GPU's memory a prediction must be before it refuses: the model's error bound. Checked
-against measured peaks (docs/prediction.md, 2026-12-01, 1x H200) it is within 3% on both stacks as the
-check table predicts them, 12% under for the TE proxy recipe's own fusions, and the CUDA-graph buffers of large recipes are an unmeasured estimate; a
+against measured peaks (docs/prediction.md, 2026-12-01, 1x H200) it is within 3% on both stacks, each row
+predicted from the recipe it ran, and the CUDA-graph buffers of large recipes are an unmeasured estimate; a
 prediction within this margin over the memory is advice, not a refusal (NVIDIA's own recipes run there)."""
 SELECTIVE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj")
 
@@ -90,7 +91,12 @@ class MemoryOptions:
     delay_wgrad: bool = False
     tied_embeddings: bool = False
     deepep_num_sms: int = 20
-    fused_cross_entropy: bool = False
+    grouped_gemm: bool = False
+    """``moe_grouped_gemm``: with Transformer Engine the experts are ``te.GroupedLinear``, whose grouped GEMM
+    allocates one cuBLAS workspace per compute stream (``te_cublas_workspaces``)."""
+    tp_comm_overlap: bool = False
+    """``model.tp_comm_overlap`` (MB's comm-overlap setup sets it only with TP >= 2, sequence parallelism and TE):
+    TE's userbuffers GEMMs allocate their own cuBLAS workspace."""
     fused_activation: bool = True
     """``bias_activation_fusion`` or ``use_te_activation_func``: the fused (weighted) SwiGLU saves its input;
     unfused, MCore's ``glu`` also keeps ``x_linear + glu_linear_offset``, ``silu(x_glu)`` and their product."""
@@ -202,7 +208,16 @@ def _activations(i: StepInputs, o: MemoryOptions, recomputed: bool) -> dict[str,
         per_score = 2 + (4 if o.softmax_in_fp32 else 0)
         attn += i.micro_batch_size * (nh / i.tp) * (i.seq_length / i.cp) * i.seq_length * per_score
     else:
-        attn += T * nh * 4 * 2  # flash attention's softmax statistics (fp32)
+        # fused / flash attention saves its softmax statistics: one FP32 value per token and head
+        # (TE 2.18 fused_attn_f16_arbitrary_seqlen.cu:1232-1242, Stats [b, h, s, 1]; the Max tensor only
+        # with return_max_logit, off by default) and a 2-element RNG state
+        attn += T * nh * 4
+    if i.transformer_impl == "transformer_engine":
+        # TE norms save their FP32 rstdev beside the input (layernorm_linear.py:503-512 mu, rsigma;
+        # rmsnorm_fwd returns no mu, csrc/extensions/normalization.cpp:325, 448): the input norm (fused
+        # into the QKV LayerNormLinear) and the q / k norms, per head; the pre-MLP norm's is counted with
+        # the MoE / dense MLP part below
+        attn += 4 * T + (4 * T * (nh + ng) if o.qk_layernorm and not i.multi_latent_attention else 0.0)
     # MoE: its input (residual) + norm output (router and shared-expert input) + router probabilities
     # (fp32) + the routed copies: FC1 input, FC1 output (SwiGLU input), FC2 input, their probabilities.
     # MCore 0.19.2 applies the probabilities in the experts' activation (experts.py permuted_probs), so
@@ -211,7 +226,8 @@ def _activations(i: StepInputs, o: MemoryOptions, recomputed: bool) -> dict[str,
     # unfused SwiGLU: x_linear + glu_linear_offset, silu(x_glu) and their product (the probabilities'
     # multiply input) beside the FC1 output (MCore moe/experts.py bias_act_func, mlp.py glu)
     glu = 2 if o.fused_activation else 5
-    moe = 2 * T * h + (0.0 if "layernorm" in mods else 2 * T * h) + 4 * T * E * 2 + 4 * k * T \
+    rstd = 4 * T if i.transformer_impl == "transformer_engine" else 0.0  # the TE pre-MLP norm's rstdev
+    moe = 2 * T * h + (0.0 if "layernorm" in mods else 2 * T * h + rstd) + 4 * T * E * 2 + 4 * k * T \
         + (0.0 if "moe_act" in mods else k * T * glu * F * 2) + expert_in
     shared = i.moe_shared_expert_intermediate_size or 0
     if shared and "shared_experts" not in mods:
@@ -220,9 +236,32 @@ def _activations(i: StepInputs, o: MemoryOptions, recomputed: bool) -> dict[str,
         moe = 2 * T * h
     Fd = i.ffn_hidden_size or 4 * h
     # dense MLP unfused: x_linear + offset and silu(x_glu) (their product is FC2's input)
-    dense = 2 * T * h if "mlp" in mods else 2 * T * h + ln_out + T * (2 if o.fused_activation else 4) * Fd * 2 \
+    dense = 2 * T * h if "mlp" in mods else 2 * T * h + ln_out + rstd + T * (2 if o.fused_activation else 4) * Fd * 2 \
         + T * Fd * gemm_in
     return {"attn": attn, "moe": moe, "dense": dense, "expert_inputs": expert_in}
+
+
+CUBLAS_WORKSPACE_HOPPER = 32 * 2 ** 20 + 1024
+"""TE 2.18 ``get_cublas_workspace_size_bytes`` (``pytorch/cpp_extensions/gemm.py:35-41``): 32 MiB for NVFP4
+GEMMs plus 1 KiB for alignment and scales on compute capability 9.0 and later, 4 MiB before."""
+TE_COMPUTE_STREAMS = 4  # TE 2.18 common/util/multi_stream.cpp:52-55 get_num_compute_streams
+TE_UB_STREAMS = 3  # TE 2.18 pytorch/cpp_extensions/gemm.py:32 _NUM_MAX_UB_STREAMS
+
+
+def te_cublas_workspaces(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> float:
+    """Bytes of Transformer Engine's cuBLAS workspaces on one GPU: ``get_cublas_workspace`` (TE 2.18
+    ``pytorch/cpp_extensions/gemm.py:43-62``, ``lru_cache``d per device, so allocated once and held for
+    the whole run through the caching allocator) gives ``general_gemm`` (``te.Linear``,
+    ``te.LayerNormLinear``: gemm.py:134) one workspace, the grouped GEMM of ``te.GroupedLinear``
+    (gemm.py:310; the grouped-tensor path is off unless ``NVTE_GROUPED_LINEAR_USE_FUSED_GROUPED_GEMM``)
+    one per compute stream, and userbuffers GEMMs ``_NUM_MAX_UB_STREAMS`` in one tensor. 0 for the
+    local stack."""
+    if i.transformer_impl != "transformer_engine":
+        return 0.0
+    size = CUBLAS_WORKSPACE_HOPPER if GPU_CATALOG[cluster.gpu].major >= 9 else 4 * 2 ** 20
+    count = 1 + (TE_COMPUTE_STREAMS if o.grouped_gemm and i.num_moe_experts else 0) \
+        + (TE_UB_STREAMS if o.tp_comm_overlap and i.tp > 1 else 0)
+    return size * count
 
 
 def _flex_buffers(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> float:
@@ -364,12 +403,15 @@ def predict_memory(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> MemoryP
             extra = per_layer if not o.early_attn_release else a_full["moe"]
             if o.delay_wgrad:
                 extra += a_full["expert_inputs"]
-        # BF16 logits kept for the loss's backward (+ its gradient, written in the forward by the fused
-        # cross entropy); without the fusion the BF16 logits and their FP32 copy, which MCore's
-        # VocabParallelCrossEntropy turns into the softmax in place (-= max, exp(out=), div_) and saves,
-        # its backward writing the gradient into it in place (then cast to BF16): 2 + 4 bytes at the peak
-        per_logit = 4 if o.fused_cross_entropy else 6
-        logits = i.tokens_per_gpu * i.vocab_size * per_logit if last else 0.0
+        # the BF16 logits and an FP32 tensor of their shape, held together at the loss, whichever loss:
+        # * unfused: MCore's VocabParallelCrossEntropy turns its FP32 copy into the softmax in place
+        #   (-= max, exp(out=), div_) and saves it, its backward writing the gradient into it in place;
+        # * cross_entropy_fusion_impl "te": TE 2.18 writes the gradient in the forward into an FP32
+        #   tensor (triton/cross_entropy.py:58 empty_like(_input, dtype=float32)) and saves it
+        #   (cross_entropy.py:62) while the BF16 logits are alive;
+        # * "native": MCore 0.19.2's fused_cross_entropy.py saves the FP32 exp_logits of its FP32 copy
+        # (read from the code; the CPU count in tests/unit/test_memory_saved.py covers the unfused loss)
+        logits = i.tokens_per_gpu * i.vocab_size * (2 + 4) if last else 0.0
         if last and v == 1:
             # combined 1F1B on the stage with the loss: a step runs the backward microbatch's loss and
             # output layer first (model_chunk_schedule_plan.py run(): post_process.backward), which frees
@@ -385,7 +427,8 @@ def predict_memory(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> MemoryP
             # execution order (MCore's TE CUDA-graph helper), so static buffers are reused
             graphs = 2 * i.tokens_per_gpu * i.hidden_size * 2 * scopes * n_layers
         base = {"parameters": weights, "gradients": grads, "optimizer": state, "logits": logits,
-                "dispatcher_buffers": _flex_buffers(i, cluster, o), "cuda_graphs": graphs, "workspace": per_layer}
+                "dispatcher_buffers": _flex_buffers(i, cluster, o), "cuda_graphs": graphs, "workspace": per_layer,
+                "cublas_workspaces": te_cublas_workspaces(i, cluster, o)}
         off = {**base, "activations": act_off}
         on = {**base, "activations": act_on + extra}
         return ({k: val / GIB for k, val in off.items()} | {"fixed": FIXED_GIB},
