@@ -84,7 +84,7 @@ SIGNATURES += (
         emitted=("AssertionError: Device compute capability 8.9 or higher required for FP8 execution.",
                  "AssertionError: Device compute capability 9.x required for FP8 execution."),
         excerpts=(_TE_FP8_SUPPORT, f"{_TE_V0_6}:transformer_engine/pytorch/fp8.py:238-241"),
-        confidence=0.95,
+        confidence=0.95, rule="fp8-needs-compute-capability-8-9",
         versions="'8.9 or higher': Transformer Engine 0.7 to 2.18 (quantization.py, fp8.py before 2.9); "
                  "'9.x': Transformer Engine 0.6 and older"),
     Signature(
