@@ -140,11 +140,62 @@ def test_cuda_error_strings_are_the_runtime_s():
         assert any(words in line for line in sig.emitted)
 
 
+def test_compiler_missing_cutlass_header_names_the_source_build(tmp_path):
+    text = _compiler_error(tmp_path, "cutlass/bfloat16.h")
+    assert claimed(text) == ["cutlass-headers-missing"], text
+    first = next(line for line in text.splitlines() if "fatal error:" in line)
+    assert first.split(": ", 1)[1] == BY_ID["cutlass-headers-missing"].emitted[0].split(": ", 1)[1], first
+    assert claimed("foo.cpp:1:10: fatal error: mycutlass_wrapper.h: No such file or directory") == []
+
+
+def test_linker_duplicate_ibgda_state_names_the_nvshmem_rdc_build(tmp_path):
+    """Two objects that both define the IBGDA device state (what a host-compiled TU including NVSHMEM 3.5's headers
+    and libnvshmem_device.a do), linked: the linker's own words."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler on this machine to link two objects")
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.c").write_text("int nvshmemi_ibgda_device_state_d;\n"
+                                            + ("int main(void) { return 0; }\n" if name == "a" else ""))
+        subprocess.run([cc, "-fno-common", "-c", f"{name}.c", "-o", f"{name}.o"], check=True, cwd=tmp_path,
+                       capture_output=True, timeout=60)
+    done = subprocess.run([cc, "a.o", "b.o", "-o", "t"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    line = next(line for line in done.stderr.splitlines() if "multiple definition" in line)
+    sig = BY_ID["nvshmem-headers-need-relocatable-device-code"]
+    assert claimed(line) == [sig.id], line
+    assert "multiple definition of `nvshmemi_ibgda_device_state_d'" in sig.emitted[0]
+    assert claimed(line.replace("nvshmemi_ibgda_device_state_d", "some_other_symbol")) == []
+
+
+def test_the_installed_nvshmem_headers_declare_the_ibgda_state_only_for_relocatable_code():
+    """The cause the rdc signature names, in the installed NVSHMEM headers: the declaration sits under __CUDACC_RDC__."""
+    header = SITE / "nvidia" / "nvshmem" / "include" / "device_host_transport" / "nvshmem_common_ibgda.h"
+    if not header.is_file():
+        pytest.skip("nvidia-nvshmem is not installed here")
+    text = header.read_text()
+    guard = text.index("#if defined(__CUDACC_RDC__)")
+    assert guard < text.index("nvshmemi_ibgda_device_state_t nvshmemi_ibgda_device_state_d;", guard)
+
+
+def test_nvshmem_skipped_nic_text_is_in_the_installed_transport():
+    transport = SITE / "nvidia" / "nvshmem" / "lib" / "nvshmem_transport_ibgda.so.3"
+    if not transport.is_file():
+        pytest.skip("nvidia-nvshmem is not installed here")
+    fmt = b"device %s is not enumerated as an mlx5 device. Skipping..."
+    assert fmt in transport.read_bytes()
+    sig = BY_ID["nvshmem-nic-not-mlx5"]
+    rendered = fmt.decode().replace("%s", "roce_rail1")
+    assert rendered in sig.emitted[0] and claimed(rendered) == [sig.id]
+    assert claimed("WARN: device mlx5_0 is enumerated as an mlx5 device") == []
+
+
 def test_every_triggered_signature_is_triggered_here():
     covered = ({f"{lib.key}-header-not-found" for lib in LIBRARIES}
                | {f"{lib.key}-library-not-found" for lib in LIBRARIES if lib.sonames}
                | {f"{lib.key}-symbol-not-found" for lib in LIBRARIES if lib.symbols}
-               | {"kernels-not-built-for-this-gpu", "cuda-toolkit-major-differs-from-torch", "cuda-toolkit-not-found"})
+               | {"kernels-not-built-for-this-gpu", "cuda-toolkit-major-differs-from-torch", "cuda-toolkit-not-found",
+                  "cutlass-headers-missing", "nvshmem-headers-need-relocatable-device-code"})
     assert {s.id for s in SIGS if TRIGGERED in s.source} == covered
 
 

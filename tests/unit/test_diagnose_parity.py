@@ -2,7 +2,8 @@
 is still what upstream emits - triggered for real on CPU (MCore's TransformerConfig asserts, MB's flex
 fallback warning and validation error, CPython's faulthandler), read from the installed package's
 source otherwise (so an upstream rewording fails here, not for a user), or, for DeepEP / NVSHMEM / TE
-kernel text not installed here, quoted verbatim from a corpus report whose URL is the source."""
+kernel text not installed here, quoted verbatim from a corpus report whose URL is the source, or matched
+against a few upstream source lines kept at a named commit (``fixtures/upstream_text``)."""
 
 from __future__ import annotations
 
@@ -89,6 +90,9 @@ def test_emitted_text_is_in_the_installed_source(sig):
     path = _installed(sig)
     assert path.is_file(), f"{sig.id}: {path} is not installed"
     for line in sig.emitted:
+        if path.suffix in (".h", ".cuh", ".hpp"):  # a C++ header: the message is a string literal of it
+            assert any(p.search(path.read_text()) for p in sig.compiled()), (sig.id, path)
+            continue
         if ".so" in path.suffixes:  # a shared object, versioned (.so.3) or not
             assert re.sub(r".*\] ", "", line).split(":")[0].encode() in path.read_bytes(), (sig.id, path)
             continue
@@ -118,7 +122,8 @@ def test_corpus_text_is_verbatim_from_its_report(sig):
 def test_non_installed_text_has_a_corpus_report():
     for s in SIGS:
         if s.emitted and s.source.startswith("https://") and s.found_by == "patterns":
-            assert s.corpus_report or s.quote, f"{s.id}: text from {s.source} with no corpus report or source quote"
+            assert s.corpus_report or s.quote or s.excerpts, \
+                f"{s.id}: text from {s.source} with no corpus report, source quote or upstream excerpt"
 
 
 _PRINTF = re.compile(r'printf\("((?:[^"\\]|\\.)*)')
@@ -255,3 +260,43 @@ def test_iteration_line_format_is_what_mb_prints():
     assert list(series.numbers) == [1, 2, 3, 4] and series.loss[3] == pytest.approx(10.2)
     assert {a.kind for a in series.anomalies} == {"grad-norm-blowup", "nan-iterations"}
     assert matches(BY_ID["nan-iterations"], fmt["nan"].format(2))
+
+
+# ---- upstream excerpts (Transformer Engine is not installed here) ----------------------------------------------
+UPSTREAM_TEXT = Path(__file__).parent / "fixtures" / "upstream_text"
+_EXCERPT = re.compile(r"(?P<repo>[\w.-]+/[\w.-]+)@(?P<commit>[0-9a-f]{40}):(?P<path>[\w/.-]+):(?P<first>\d+)-(?P<last>\d+)")
+
+
+def _excerpt(at: str) -> tuple[dict, list[str]]:
+    m = _EXCERPT.fullmatch(at)
+    assert m, at
+    path = UPSTREAM_TEXT / m["repo"].split("/")[1] / f"{m['path']}@L{m['first']}-{m['last']}.txt"
+    assert path.is_file(), f"no copy of {at} at {path}"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = dict(line[2:].split(": ", 1) for line in lines[:4])
+    assert header == {"repo": m["repo"], "commit": m["commit"], "path": m["path"],
+                      "lines": f"{m['first']}-{m['last']}"}, (at, header)
+    body = lines[4:]
+    assert len(body) == int(m["last"]) - int(m["first"]) + 1, (at, len(body))
+    return header, body
+
+
+def _joined(body: list[str]) -> str:
+    """The lines with Python's adjacent string literals joined (a message split over lines is whole)."""
+    return re.sub(r'"\s*\n\s*f?"', "", "\n".join(body))
+
+
+@pytest.mark.parametrize("sig", [s for s in SIGS if s.excerpts], ids=lambda s: s.id)
+def test_each_upstream_excerpt_is_matched_by_a_pattern(sig):
+    for at in sig.excerpts:
+        header, body = _excerpt(at)
+        assert re.fullmatch(r"[0-9a-f]{40}", header["commit"])
+        text = _joined(body)
+        assert any(p.search(text) for p in sig.compiled()), (sig.id, at)
+
+
+def test_every_upstream_excerpt_belongs_to_a_signature():
+    named = {at for s in SIGS for at in s.excerpts}
+    for path in UPSTREAM_TEXT.rglob("*.txt"):
+        header = dict(line[2:].split(": ", 1) for line in path.read_text(encoding="utf-8").splitlines()[:4])
+        assert f"{header['repo']}@{header['commit']}:{header['path']}:{header['lines']}" in named, path

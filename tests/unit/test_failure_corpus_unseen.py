@@ -3,15 +3,17 @@
 Each set is a separately collected group of real upstream failure reports, kept apart from
 ``failure_reports/`` so that ``diagnose`` can be measured on reports its signatures were not written
 from: ``failure_reports_unseen/`` (collected 2026-12-01), then ``failure_reports_unseen2/``,
-``failure_reports_unseen3/`` and ``failure_reports_unseen4/`` (collected 2026-12-02). These tests
-check only the data: every file has exactly the corpus keys with the corpus types, is marked
-``split: "unseen"``, points at the upstream thread its id names, repeats no report (id or thread) of
-the main corpus or of an earlier unseen set, and is listed in its folder's README table with the
-same class and recognisability; the second set's ``labels.tsv`` lists every report with the same
-recognisability, what ``diagnose`` named before the frame and native-check readers were added
-(``diagnose_before``), what it names now (``diagnose_after``: compared with ``diagnose`` run on the
+``failure_reports_unseen3/`` and ``failure_reports_unseen4/`` (collected 2026-12-02). These tests check
+only the data: every file has exactly the corpus keys with the corpus types, is marked ``split: "unseen"``,
+points at the upstream thread its id names, repeats no report (id or thread) of the main corpus or of an
+earlier unseen set, and is listed in its folder's README table with the same class and recognisability;
+the second, third and fourth sets' ``labels.tsv`` list every report with the same recognisability, what
+``diagnose`` named when the set was first run (``diagnose_before``: for the second set, before the frame
+and native-check readers; for the third, before the Transformer Engine, NVSHMEM and build signatures
+written from it; for the fourth, blind, before anything was changed after reading it), what it names now
+(``diagnose_after``: compared with ``diagnose`` run on the
 report's log here, so the column cannot go stale) and whether that top cause names the maintainers'
-cause (``hit``: yes / partial / no, a judgement). Only that last test runs ``diagnose``.
+cause (``hit``: yes / partial / no, a judgement). Only the tests of that column run ``diagnose``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ UNSEEN_SETS = {
     "unseen4": FIXTURES / "failure_reports_unseen4",
 }
 MINIMUM_REPORTS = {"unseen": 15, "unseen2": 16, "unseen3": 18, "unseen4": 20}
+LABELLED_SETS = ("unseen2", "unseen3", "unseen4")
+"""The sets whose ``labels.tsv`` has the before / after / hit columns."""
+BLIND_SETS = ("unseen4",)
+"""The sets whose before column was measured blind; their ``labels.tsv`` adds ``hit_before``."""
 
 KEYS = (
     "id", "project", "source_url", "title", "date", "log", "maintainers_cause", "cause",
@@ -136,16 +142,27 @@ def test_readme_table_lists_every_report_with_its_class_and_recognisability(name
         assert recognisable == ("yes" if report["recognisable_from_log"] else "no")
 
 
-def _label_rows() -> list[list[str]]:
-    lines = (UNSEEN_SETS["unseen2"] / "labels.tsv").read_text(encoding="utf-8").splitlines()
-    assert tuple(lines[0].split("\t")) == LABEL_COLUMNS
-    return [line.split("\t") for line in lines[1:]]
+def _label_rows(name: str) -> list[list[str]]:
+    lines = (UNSEEN_SETS[name] / "labels.tsv").read_text(encoding="utf-8").splitlines()
+    head = tuple(lines[0].split("\t"))
+    # a set measured blind also keeps the judged hit of its before column
+    assert head == LABEL_COLUMNS + (("hit_before",) if name in BLIND_SETS else ())
+    return [line.split("\t")[:len(LABEL_COLUMNS)] for line in lines[1:]]
 
 
-def test_second_set_labels_list_every_report_with_its_recognisability():
-    rows = _label_rows()
+@pytest.mark.parametrize("name", BLIND_SETS)
+def test_a_blind_hit_is_a_cause_named_before(name):
+    lines = (UNSEEN_SETS[name] / "labels.tsv").read_text(encoding="utf-8").splitlines()
+    for line in lines[1:]:
+        stem, _rec, _cause, before, _after, _hit, hit_before = line.split("\t")
+        assert hit_before in HITS and (hit_before == "no" or before != "-"), stem
+
+
+@pytest.mark.parametrize("name", LABELLED_SETS)
+def test_labels_list_every_report_with_its_recognisability(name):
+    rows = _label_rows(name)
     assert all(len(row) == len(LABEL_COLUMNS) and all(cell.strip() for cell in row) for row in rows)
-    reports = REPORTS["unseen2"]
+    reports = REPORTS[name]
     assert sorted(row[0] for row in rows) == sorted(reports)
     for stem, recognisable, _cause, _before, after, hit in rows:
         assert recognisable == ("yes" if reports[stem]["recognisable_from_log"] else "no")
@@ -153,12 +170,13 @@ def test_second_set_labels_list_every_report_with_its_recognisability():
         assert hit == "no" or after != "-", stem  # a hit is a named cause
 
 
-def test_second_set_diagnose_after_is_what_diagnose_names_today():
+@pytest.mark.parametrize("name", LABELLED_SETS)
+def test_diagnose_after_is_what_diagnose_names_today(name):
     import io
 
     from mbridge_ep_overlap.diagnose import diagnose
 
-    for stem, *_, after, _hit in _label_rows():
-        log = REPORTS["unseen2"][stem]["log"]
+    for stem, *_, after, _hit in _label_rows(name):
+        log = REPORTS[name][stem]["log"]
         named = (diagnose(["-"], stdin=io.BytesIO(log.encode())).cause_ids or ["-"])[0]
         assert named == after, (stem, named)

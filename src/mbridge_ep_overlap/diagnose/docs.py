@@ -12,7 +12,9 @@ reports ``diagnose`` names, with the hit rates on the ``dev`` and ``holdout`` sp
 reports whose cause is recognisable from the log, and on the ``unseen`` set (``failure_reports_unseen``,
 its ``labels.tsv`` says which top cause names the thread's cause) and on the second unseen set
 (``failure_reports_unseen2``: what was named before the raise-frame and native-check readers, what is
-named now, computed, and the judged hit). A corpus label ``upstream-check:FILE``
+named now, computed, and the judged hit) and on the third (``failure_reports_unseen3``, the same columns: before
+the Transformer Engine, NVSHMEM and build signatures written from it) and on the fourth (``failure_reports_unseen4``,
+*before* measured blind, with its judged hit in a ``hit_before`` column). A corpus label ``upstream-check:FILE``
 is met by the general upstream-check finding for a check in FILE (``upstream-check:FILE:LINE``: the line
 follows the installed version). The corpus folder is found beside this checkout
 (``tests/unit/fixtures/failure_reports``, labels in ``tests/unit/fixtures/corpus_causes.tsv``) or given.
@@ -36,8 +38,11 @@ CORPUS = REPO / "tests" / "unit" / "fixtures" / "failure_reports"
 LABELS = REPO / "tests" / "unit" / "fixtures" / "corpus_causes.tsv"
 UNSEEN = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen"
 UNSEEN2 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen2"
+UNSEEN3 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen3"
+UNSEEN4 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen4"
 READ_FROM = "2026-12-02"
-"""From this date on the developer has read the holdout, unseen and unseen2 reports: their rates are no longer blind."""
+"""From this date on the developer has read the holdout, unseen, unseen2, unseen3 and unseen4 reports: their rates
+are no longer blind (unseen4's *before* column is: it was measured before the set was read)."""
 HEADER = ("<!-- Generated from the code by `python -m mbridge_ep_overlap.tools.gen_docs --write`: "
           "do not edit by hand. -->\n\n")
 
@@ -115,12 +120,14 @@ class Unseen2Row:
 
 
 def unseen2_rows(folder: Path = UNSEEN2) -> list[Unseen2Row]:
-    """The second unseen set: ``labels.tsv``'s before and hit columns, *named* computed now."""
+    """A labelled unseen set (the second, the third): ``labels.tsv``'s before and hit columns, *named* computed now."""
     path = folder / "labels.tsv"
     labelled = {}
-    for line in path.read_text().splitlines()[1:] if path.is_file() else []:
-        report, _recognisable, _cause, before, _after, hit = line.split("\t")
-        labelled[report] = (before, hit)
+    lines = path.read_text().splitlines() if path.is_file() else []
+    head = lines[0].split("\t") if lines else []
+    for line in lines[1:]:
+        cells = dict(zip(head, line.split("\t")))
+        labelled[cells["id"]] = (cells["diagnose_before"], cells["hit"])
     rows = []
     for f in sorted(folder.glob("*.json")):
         report = json.loads(f.read_text())
@@ -130,27 +137,68 @@ def unseen2_rows(folder: Path = UNSEEN2) -> list[Unseen2Row]:
     return rows
 
 
-def _unseen2_section(folder: Path) -> list[str]:
+@dataclass(frozen=True)
+class LabelledSet:
+    name: str
+    title: str
+    before: str
+    """What *before* means for this set: what was there when it was first run, what was added after."""
+    blind: bool = False
+    """*Before* was measured before anyone who changes the signatures read the set."""
+
+
+LABELLED_SETS = {
+    "unseen2": LabelledSet("unseen2", "Second set collected apart from the signatures",
+                           "before the readers of a traceback's raise frame and of native (C++/CUDA) checks were added"),
+    "unseen3": LabelledSet("unseen3", "Third set collected apart from the signatures",
+                           "before the Transformer Engine (FP8 availability and GEMM shape checks, extension lookup, "
+                           "torch API), NVSHMEM (non-mlx5 NICs, relocatable device code) and build (cuDNN and CUTLASS "
+                           "headers, C++ ABI, operator schema) signatures were added"),
+    "unseen4": LabelledSet("unseen4", "Fourth set collected apart from the signatures",
+                           "blind, on main d39500c, before the set was read; then the general readers were changed "
+                           "(a message another version cut or reworded at its end names the installed check by its "
+                           "start, the `else` of an if / elif chain requires one of the chain's tests, a frame whose "
+                           "message no installed check raises is named with lower confidence, glibc's failed C "
+                           "`assert`)", blind=True),
+}
+
+
+def _labelled_section(folder: Path, labelled: LabelledSet) -> list[str]:
     rows = unseen2_rows(folder)
     counted = [r for r in rows if r.recognisable]
     named_before = sum(r.before != "-" for r in counted)
+    before_hits = _before_hits(folder)
     named_after = sum(r.named != "-" for r in counted)
     yes, partial = (sum(r.hit == h for r in counted) for h in ("yes", "partial"))
-    out = ["## Second set collected apart from the signatures", "",
-           f"{len(rows)} more reports (`tests/unit/fixtures/failure_reports_unseen2`), collected without reading the "
-           "signatures. *Before* is what `diagnose` named when the set was first run, before the readers of a "
-           "traceback's raise frame and of native (C++/CUDA) checks were added; *named* is what it names now "
-           "(computed), and those readers were written after looking at this set, so *named* is not an unseen "
-           f"measurement; the developer has read the whole set from {READ_FROM} on. *Hit*: does the top cause name "
-           "the maintainers' cause (yes / partial / no, a judgement in `labels.tsv`).", "",
-           f"- **unseen2, reports whose cause is recognisable from the log:** {len(counted)}; a cause named before: "
-           f"{named_before}, now: {named_after}; hit now: {yes} yes, {partial} partial", "",
+    out = [f"## {labelled.title}", "",
+           f"{len(rows)} more reports (`tests/unit/fixtures/{folder.name}`), collected without reading the "
+           f"signatures. *Before* is what `diagnose` named when the set was first run, {labelled.before}; *named* is "
+           "what it names now (computed), and those additions were written after looking at this set, so *named* is "
+           f"not an unseen measurement; the developer has read the whole set from {READ_FROM} on. *Hit*: does the top "
+           "cause name the maintainers' cause (yes / partial / no, a judgement in `labels.tsv`).", "",
+           f"- **{labelled.name}, reports whose cause is recognisable from the log:** {len(counted)}; a cause named "
+           f"before: {named_before}, now: {named_after}; hit now: {yes} yes, {partial} partial", ""]
+    if labelled.blind:
+        yes_b, partial_b = (sum(before_hits.get(r.id) == h for r in counted) for h in ("yes", "partial"))
+        out[-1:] = [f"- **{labelled.name}, blind (before):** hit {yes_b} yes, {partial_b} partial of {len(counted)} "
+                    "(`hit_before` in `labels.tsv`, a judgement)", ""]
+    out += [
            "| report | class | recognisable | before | named | hit |", "|---|---|---|---|---|---|"]
     for r in rows:
         if r.recognisable or r.before != "-" or r.named != "-":
             out.append(f"| [{r.id}]({r.source_url}) | {r.symptom_class} | {'yes' if r.recognisable else 'no'} | "
                        f"`{r.before}` | `{r.named}` | {r.hit} |")
     return out + [""]
+
+
+def _before_hits(folder: Path) -> dict[str, str]:
+    """id -> the judged hit of the *before* column, where ``labels.tsv`` has a ``hit_before`` column."""
+    lines = (folder / "labels.tsv").read_text(encoding="utf-8").splitlines()
+    head = lines[0].split("\t")
+    if "hit_before" not in head:
+        return {}
+    at = head.index("hit_before")
+    return {cells[0]: cells[at] for cells in (line.split("\t") for line in lines[1:])}
 
 
 def hit_rate(rows: list[CorpusRow], split: str) -> tuple[int, int]:
@@ -176,7 +224,8 @@ def render(folder: Path = CORPUS, label_file: Path = LABELS) -> str:
     return HEADER + body(folder, label_file)
 
 
-def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN, unseen2: Path = UNSEEN2) -> str:
+def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN, unseen2: Path = UNSEEN2,
+         unseen3: Path = UNSEEN3, unseen4: Path = UNSEEN4) -> str:
     sigs = all_signatures()
     out = ["# Troubleshooting EP overlap: symptom -> cause -> fix", "",
            "`mbridge-ep-overlap diagnose PATH...` (a log, a run folder, Slurm output, or `-` for a pasted log) "
@@ -198,7 +247,7 @@ def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN
         out += ["## Which real failure reports `diagnose` names", "",
                 f"{len(rows)} failure reports from upstream issue threads (`tests/unit/fixtures/failure_reports`, "
                 "verbatim logs). The signatures were first written from the `dev` reports only, the `holdout` reports "
-                "read only to measure; the developer has read the `holdout` reports and both sets below from "
+                "read only to measure; the developer has read the `holdout` reports and the sets below from "
                 f"{READ_FROM} on, so their numbers are recomputed, no longer blind. *Expected* is the signature "
                 "whose cause is the maintainers' cause (`-`: no signature names it); *named* is the top cause "
                 "`diagnose` gives for the report's log.", ""]
@@ -228,8 +277,10 @@ def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN
                 out.append(f"| [{r.id}]({r.source_url}) | {r.symptom_class} | `{r.expected}` | `{r.named}` | "
                            f"{'yes' if r.hit else 'no'} |")
         out.append("")
-    if unseen2.is_dir():
-        out += _unseen2_section(unseen2)
+    for path, labelled in ((unseen2, LABELLED_SETS["unseen2"]), (unseen3, LABELLED_SETS["unseen3"]),
+                           (unseen4, LABELLED_SETS["unseen4"])):
+        if path.is_dir():
+            out += _labelled_section(path, labelled)
     return "\n".join(out)
 
 

@@ -4,6 +4,7 @@ of the same family lives in ``advice``)."""
 from __future__ import annotations
 
 from ...base.errors import Severity
+from ...predict import precision
 from ...target.stack import unknown_versions
 from ..facts import Facts
 from .base import Family, Upstream, When, rule, te_known, version_at_least
@@ -104,6 +105,40 @@ def grad_accum_fusion_needs_apex(f: Facts) -> bool:
     Fix: set model.gradient_accumulation_fusion=False, or install APEX with its CUDA extensions on the nodes.
     """
     return not f.model("gradient_accumulation_fusion") or bool(f.env.apex_fused_wgrad)
+
+
+FP8_MIN_COMPUTE_CAPABILITY = (8, 9)
+"""Transformer Engine runs FP8 (and the finer low-precision recipes) from compute capability 8.9 (Ada) on
+(its ``_compute_fp8_support``; the diagnose signature ``te-fp8-needs-compute-capability-8-9`` quotes it)."""
+
+
+def _low_precision(f: Facts) -> str | None:
+    """The low-precision GEMM recipe the config asks for (fp8_delayed, mxfp8, ...), None for bf16/fp16/fp32."""
+    try:
+        asked = precision.of_config(f.cfg)
+    except ValueError:  # a recipe the precision table does not read: mixed-precision-known says so
+        return None
+    return asked if asked in precision.LOW else None
+
+
+def _gpu_and_precision(f: Facts) -> str:
+    major, minor = f.env.compute_capability
+    return f"{_low_precision(f)} on {f.env.gpu_name} (compute capability {major}.{minor})"
+
+
+@family("fp8-needs-compute-capability-8-9", When.ALWAYS, "mixed_precision",
+        required="compute capability 8.9 or newer (Ada, Hopper, Blackwell) for an FP8 / FP4 recipe",
+        needs=lambda f: f.env.compute_capability is not None and _low_precision(f) is not None,
+        current=_gpu_and_precision)
+def fp8_needs_compute_capability(f: Facts) -> bool:
+    """an FP8 (or FP4) mixed-precision recipe on a GPU without FP8 Tensor Cores: finalize accepts it, then
+    Transformer Engine refuses the first FP8 layer with 'Device compute capability 8.9 or higher required for FP8
+    execution.' (A100 and other Ampere GPUs)
+
+    Fix: use a bf16 recipe on this GPU (mixed_precision=bf16_mixed), or run the FP8 recipe on Ada, Hopper or
+    Blackwell GPUs.
+    """
+    return tuple(f.env.compute_capability) >= FP8_MIN_COMPUTE_CAPABILITY
 
 
 def _cudnn_pair(f: Facts) -> str:

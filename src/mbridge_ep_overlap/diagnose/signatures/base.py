@@ -26,6 +26,10 @@ HYBRID_EP_AT = "deepseek-ai/DeepEP@94a9f8f6b146c07d97ec58f67cd6d303296d6098"
 """DeepEP's hybrid-ep branch (HybridEP)."""
 
 
+TE_AT = "NVIDIA/TransformerEngine@27486e03cfc1fa41f6932dcecdc47c71c47eac3e"
+"""Transformer Engine v2.18, where the newest wording of the TE messages the signatures match is."""
+
+
 def github_blob(at: str, path: str) -> str:
     """The URL of ``path`` at ``owner/repo@commit``."""
     repo, commit = at.split("@")
@@ -64,6 +68,11 @@ class Signature:
     (a ``printf`` / ``throw`` / ``EP_HOST_ASSERT`` line); the parity test checks that it renders ``emitted``."""
     quoted_at: str = ""
     """Where ``quote`` is: ``owner/repo@commit:file:line``."""
+    excerpts: tuple[str, ...] = ()
+    """For text of a package not installed here (Transformer Engine): the upstream lines that raise or print it,
+    one ``owner/repo@commit:file:first-last`` per wording (an older release's wording beside the newest); a copy of
+    those few lines is kept with the tests (``tests/unit/fixtures/upstream_text``) and the parity test checks that a
+    pattern matches each."""
     generic: bool = False
     found_by: str = "patterns"
     """What recognises it: "patterns" (a line of text), or the reader of structured evidence that

@@ -66,6 +66,11 @@ LIBRARIES = (
     Library("nccl", "NCCL", r"nccl(?:_net|_device)?\.h", r"libnccl\.so[.\d]*",
             "use the NCCL torch ships (nvidia-nccl-cu12 / -cu13) or set NCCL_HOME / LD_LIBRARY_PATH to one installation",
             "nccl.h", "libnccl.so.2", r"nccl[A-Z]", "ncclCommInitRankScalable"),
+    Library("cudnn", "cuDNN", r"cudnn(?:_\w+)?\.h", r"libcudnn(?:_\w+)?\.so[.\d]*",
+            "put cuDNN's headers and libraries where the build looks (Transformer Engine: CUDNN_PATH or CUDNN_HOME "
+            "naming a folder with include/cudnn.h; the nvidia-cudnn-cu12 / -cu13 wheel, which Transformer Engine 2.x "
+            "also searches, or a cluster's cuDNN module exported as CUDNN_PATH), the same cuDNN as torch's",
+            "cudnn.h", "libcudnn.so.9"),
     Library("cuda-toolkit", "the CUDA toolkit", r"(?:cuda_runtime(?:_api)?|cuda|cuda_bf16|cuda_fp8|cublas_v2|cusparse)\.h",
             r"lib(?:cudart|cublas|cublasLt|cuda)\.so[.\d]*",
             "set CUDA_HOME to a CUDA toolkit of the same major version as torch's (torch.version.cuda) and put its "
@@ -181,3 +186,53 @@ SIGNATURES += (
 CUDA_ERRORS = {"no kernel image is available for execution on the device": 209, "named symbol not found": 500,
                "invalid device function": 98}
 """The cudaError_t codes whose ``cudaGetErrorString`` the kernels-not-built signature matches (driver_types.h)."""
+
+_LINKER = f"installed:binutils ld (its duplicate-symbol error; {TRIGGERED})"
+_TORCH_HEADERS = "installed:torch/include/ATen/core/op_registration/infer_schema.h"
+
+SIGNATURES += (
+    Signature(
+        id="cutlass-headers-missing", symptom="install",
+        patterns=(r"(?:fatal error: )?['\"<]?(?:\S*/)?cutlass/[\w/.]+\.h['\">]?: No such file or directory",),
+        cause="An extension built from source (nv-grouped-gemm / grouped_gemm, which Megatron-Core's "
+              "moe_grouped_gemm without Transformer Engine uses, or another CUTLASS-based kernel) found no CUTLASS "
+              "headers: nv-grouped-gemm's source distribution on PyPI does not carry its CUTLASS submodule, and pip "
+              "builds from it when no prebuilt wheel matches the CUDA, torch, C++ ABI and Python of the environment.",
+        fix="install a prebuilt nv-grouped-gemm wheel made for this CUDA / torch / ABI / Python, or build it from a "
+            "recursive clone (git clone --recursive https://github.com/fanshiqing/grouped_gemm) so third_party/cutlass "
+            "is there; or leave it out (it is optional: Megatron-Core's MoE grouped GEMM runs on Transformer Engine's "
+            "GroupedLinear, moe_grouped_gemm with transformer_impl=transformer_engine)",
+        source=_COMPILER,
+        emitted=("t.cpp:1:10: fatal error: cutlass/bfloat16.h: No such file or directory",
+                 "cutlass/bfloat16.h: No such file or directory"),
+        confidence=0.85, versions="any source build of a CUTLASS-based extension (nv-grouped-gemm 1.1.x)"),
+    Signature(
+        id="nvshmem-headers-need-relocatable-device-code", symptom="install",
+        patterns=(r"multiple definition of [`']nvshmemi_ibgda_device_state_d'",),
+        cause="NVSHMEM 3.5's device headers (device_host_transport/nvshmem_common_ibgda.h) declare "
+              "nvshmemi_ibgda_device_state_d extern only when compiled as relocatable device code (__CUDACC_RDC__); "
+              "a translation unit that includes them without -rdc=true (DeepEP's deep_ep.cpp, compiled by the host "
+              "compiler) defines the symbol again, and the link with libnvshmem_device.a finds two definitions.",
+        fix="build DeepEP with a release that supports NVSHMEM 3.5 (deepseek-ai/DeepEP PR #557 compiles with "
+            "-rdc=true and keeps host sources off the device headers), or build against NVSHMEM < 3.5 "
+            "(nvidia-nvshmem-cu12 3.3 / 3.4); the DeepEP and NVSHMEM versions go together",
+        source=_LINKER,
+        emitted=("/usr/bin/ld: b.o:(.bss+0x0): multiple definition of `nvshmemi_ibgda_device_state_d'; "
+                 "a.o:(.bss+0x0): first defined here",),
+        confidence=0.9, rule="deepep-built-with-nvshmem", versions="DeepEP 1.2.x built against NVSHMEM 3.5.19+"),
+    Signature(
+        id="torch-op-schema-integral-type", symptom="install",
+        patterns=(r"INVALID TYPE: Only (?:int8_t, )?int64_t and bool are supported as an integral argument type",),
+        cause="A C++ extension registers a TorchScript / torch.library operator with an integral argument other than "
+              "the ones torch's schema inference takes (int64_t and bool; newer torch, the installed one, also int8_t): Transformer "
+              "Engine's ts_fp8_op.cpp after TransformerEngine PR #772 built against torch 2.1 fails this static "
+              "assertion.",
+        fix="build the extension against the torch its release supports (the Transformer Engine release notes "
+            "list the torch versions), or use a Transformer Engine release built for the installed torch; in own "
+            "operators, take int64_t and narrow inside",
+        source=_TORCH_HEADERS,
+        emitted=("/usr/local/lib/python3.10/dist-packages/torch/include/ATen/core/op_registration/infer_schema.h:42:7: "
+                 "error: static assertion failed: INVALID TYPE: Only int64_t and bool are supported as an integral "
+                 "argument type",),
+        confidence=0.85, versions="'int64_t and bool': torch 2.1 (the report); 'int8_t, int64_t and bool': the installed torch"),
+)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .base import Signature
+from .base import TE_AT, Signature, github_blob
 
 _TC = "installed:megatron/core/transformer/transformer_config.py"
 _MCORE = "megatron-core 0.19 (TransformerConfig.__post_init__)"
@@ -185,4 +185,33 @@ SIGNATURES += (
         source="https://github.com/NVIDIA/TransformerEngine/pull/1609",
         emitted=("[rank0]: AssertionError: param.grad being None is not safe when overlap_grad_reduce is True",),
         corpus_report="transformer-engine-1609", confidence=0.75, versions="TE 2.x before PR #1609"),
+)
+
+_TE_V2_2 = "NVIDIA/TransformerEngine@c55e425ac5751c72bfa656560fc7c65ab7d895e9"
+"""Transformer Engine v2.2, whose FP8 GEMM shape check is the AssertionError of 2.3 and older."""
+
+SIGNATURES += (
+    Signature(
+        id="te-fp8-gemm-dims-not-divisible", symptom="config-error",
+        patterns=(r"FP8 execution requires 2D input matrices with height divisible by 8 and width divisible by 16",
+                  r"FP8 execution requires the product of all dimensions except the last to be divisible by 8 and "
+                  r"the last dimension to be divisible by 16"),
+        cause="An FP8 GEMM of a Transformer Engine layer got an input whose shape the FP8 Tensor Core GEMM does not "
+              "take: the leading dimensions (tokens: sequence x micro-batch, or an expert's share of them) must "
+              "multiply to a multiple of 8 and the last one (the layer's input width) must be a multiple of 16.",
+        fix="make the layer's widths multiples of 16 (pad hidden / ffn sizes, e.g. to a multiple of 32 or 64) and the "
+            "tokens per micro-batch a multiple of 8; for MoE grouped GEMMs pad each expert's tokens "
+            "(moe_router_padding_for_fp8 / Fp8Padding); or run the offending small layer outside fp8_autocast",
+        source=github_blob(TE_AT, "transformer_engine/pytorch/utils.py") + "#L613-L623",
+        emitted=("AssertionError: FP8 execution requires 2D input matrices with height divisible by 8 and width "
+                 "divisible by 16, but got tensor with dims=[896, 712]",
+                 "ValueError: FP8 execution requires the product of all dimensions except the last to be divisible by 8 "
+                 "and the last dimension to be divisible by 16, but got tensor with dims=[4, 224, 712] (product of "
+                 "leading dims = 896, last dim = 712)"),
+        excerpts=(f"{TE_AT}:transformer_engine/pytorch/utils.py:613-623",
+                  f"{_TE_V2_2}:transformer_engine/pytorch/utils.py:236-244"),
+        confidence=0.95,
+        versions="the ValueError ('product of all dimensions except the last'): Transformer Engine 2.4 to 2.18; "
+                 "the AssertionError ('2D input matrices with height ... and width'): Transformer Engine 1.5 to 2.3 "
+                 "(1.4 and older assert the shape with no message)"),
 )

@@ -1,9 +1,10 @@
 """Unsupported hardware: MB's ``validate_flex_dispatcher_backend`` refuses a flex backend on a GPU it
-does not support (raised at finalize or model build, not a fallback)."""
+does not support (raised at finalize or model build, not a fallback); Transformer Engine refuses FP8 on a GPU
+without FP8 Tensor Cores; NVSHMEM skips NICs that are not mlx5 devices (its IBGDA transport drives only those)."""
 
 from __future__ import annotations
 
-from .base import DEEPEP_AT, Signature, github_blob
+from .base import DEEPEP_AT, TE_AT, Signature, github_blob
 
 _FLEX = "installed:megatron/bridge/training/flex_dispatcher_backend.py"
 
@@ -63,4 +64,57 @@ SIGNATURES += (
               "or low_latency_mode));",
         quoted_at=f"{DEEPEP_AT}:csrc/deep_ep.cpp:29",
         confidence=0.9, versions="DeepEP 1.x normal mode (NUM_MAX_RDMA_PEERS 20)"),
+)
+
+_TE_V0_6 = "NVIDIA/TransformerEngine@f18e6773d9ed1aca1f497f6a2d3a927a21a372ea"
+"""Transformer Engine v0.6, the last release that allowed FP8 on compute capability 9.x only."""
+_TE_FP8_SUPPORT = f"{TE_AT}:transformer_engine/pytorch/quantization.py:148-157"
+
+SIGNATURES += (
+    Signature(
+        id="te-fp8-needs-compute-capability-8-9", symptom="hardware",
+        patterns=(r"Device compute capability (?:8\.9 or higher|9\.x) required for FP8 execution",),
+        cause="FP8 was asked for (fp8_autocast / autocast with an FP8 recipe, Megatron's fp8 setting) on a GPU without "
+              "FP8 Tensor Cores: Transformer Engine runs FP8 on compute capability 8.9 (Ada) and newer, so Ampere "
+              "(A100 sm_80, RTX 3090 sm_86) and older are refused; Transformer Engine 0.6 and older allowed FP8 on "
+              "9.x (Hopper) only, so it refused Ada too.",
+        fix="run without FP8 on this GPU (bf16: no fp8 recipe, fp8_autocast(enabled=False)), or run FP8 on Ada, Hopper "
+            "or Blackwell GPUs; on Ada use Transformer Engine 0.7 or newer with CUDA 12.1 or newer",
+        source=github_blob(TE_AT, "transformer_engine/pytorch/quantization.py") + "#L153-L154",
+        emitted=("AssertionError: Device compute capability 8.9 or higher required for FP8 execution.",
+                 "AssertionError: Device compute capability 9.x required for FP8 execution."),
+        excerpts=(_TE_FP8_SUPPORT, f"{_TE_V0_6}:transformer_engine/pytorch/fp8.py:238-241"),
+        confidence=0.95, rule="fp8-needs-compute-capability-8-9",
+        versions="'8.9 or higher': Transformer Engine 0.7 to 2.18 (quantization.py, fp8.py before 2.9); "
+                 "'9.x': Transformer Engine 0.6 and older"),
+    Signature(
+        id="te-fp8-on-ada-needs-cuda-12-1", symptom="hardware",
+        patterns=(r"(?:CublasLt version 12\.1\.3\.x|Cuda version 12\.1) or higher required for FP8 execution on Ada",),
+        cause="FP8 on an Ada GPU (compute capability 8.9) with a CUDA or cuBLASLt older than 12.1(.3): Ada's FP8 GEMMs "
+              "came with the cuBLASLt of CUDA 12.1 Update 1, so Transformer Engine refuses FP8 below it.",
+        fix="use CUDA 12.1 Update 1 or newer (torch built for it, and its cuBLAS), or run without FP8 on this GPU",
+        source=github_blob(TE_AT, "transformer_engine/pytorch/quantization.py") + "#L155-L158",
+        emitted=("AssertionError: CublasLt version 12.1.3.x or higher required for FP8 execution on Ada.",
+                 "AssertionError: Cuda version 12.1 or higher required for FP8 execution on Ada."),
+        excerpts=(_TE_FP8_SUPPORT,), confidence=0.95, versions="Transformer Engine 0.7 to 2.18"),
+)
+
+_NVSHMEM_IBGDA = "installed:nvidia/nvshmem/lib/nvshmem_transport_ibgda.so.3"
+
+SIGNATURES += (
+    Signature(
+        id="nvshmem-nic-not-mlx5", symptom="hardware",
+        patterns=(r"device \S+ is not enumerated as an mlx5 device\. Skipping", r"\(not an mlx5 device\)"),
+        cause="NVSHMEM's IBGDA transport (GPU-initiated RDMA, which DeepEP's internode and low-latency kernels use) "
+              "drives the NIC through mlx5 direct verbs, so it works only on NVIDIA/Mellanox mlx5 NICs: it skips every "
+              "device it does not find as mlx5 (another driver, such as Alibaba's erdma, or NICs renamed from mlx5_N "
+              "so that NVSHMEM no longer enumerates them as mlx5), and with every NIC skipped the internode dispatch "
+              "has no NIC: its receive counters never arrive (-1) or the buffer cannot be created.",
+        fix="run DeepEP's internode / low-latency modes on mlx5 NICs (ConnectX / BlueField, driver mlx5_core: "
+            "`ls -l /sys/class/infiniband/*/device/driver`) under the names rdma-core gives them (mlx5_N), or name them "
+            "for NVSHMEM (NVSHMEM_HCA_LIST, NVSHMEM_ENABLE_NIC_PE_MAPPING); on other NICs use DeepEP's normal mode "
+            "within a node or another dispatcher",
+        source=_NVSHMEM_IBGDA,
+        emitted=("WARN: device roce_rail1 is not enumerated as an mlx5 device. Skipping...",),
+        confidence=0.91, rule="deepep-built-with-nvshmem", versions="NVSHMEM 3.x (the installed wheel: 3.4.5)"),
 )

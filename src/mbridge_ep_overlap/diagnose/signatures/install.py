@@ -1,8 +1,9 @@
-"""Install or build: a backend or kernel the configuration needs is not importable or too old."""
+"""Install or build: a backend or kernel the configuration needs is not importable or too old, or was built for
+another torch (its version, its Python API, its C++ ABI)."""
 
 from __future__ import annotations
 
-from .base import Signature
+from .base import TE_AT, Signature, github_blob
 
 
 def _release(text) -> tuple[int, ...] | None:
@@ -151,4 +152,63 @@ SIGNATURES += (
         emitted=("ImportError: /usr/local/lib/python3.12/dist-packages/transformer_engine/transformer_engine_torch"
                  ".cpython-312-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",),
         confidence=0.8, versions="any compiled extension"),
+)
+
+_TE_V1_13 = "NVIDIA/TransformerEngine@e5edd6cc3d5a868bb3fe4e81088d22aab505a30d"
+"""Transformer Engine v1.13, whose framework-extension lookup and fusible-ops autocast call older reports print."""
+
+SIGNATURES += (
+    Signature(
+        id="te-torch-extension-missing", symptom="install",
+        patterns=(r"Could not find shared object file for Transformer Engine \S+ lib",
+                  r'so_path = next\(so_dir\.glob\(f"\{module_name\}'),
+        cause="Transformer Engine's core package is installed without its PyTorch extension (transformer_engine_torch): "
+              "`import transformer_engine.pytorch` finds no transformer_engine_torch shared object (Transformer "
+              "Engine 2.x raises FileNotFoundError; 1.13 and older fail in _load_library with a bare StopIteration). "
+              "The pip wheels of 1.13 and older could also leave the three packages out of step.",
+        fix="install the extension with the core: pip install --no-build-isolation 'transformer-engine[pytorch]==VERSION' "
+            "(after pip uninstall transformer-engine transformer-engine-cu12 transformer-engine-torch when they "
+            "disagree), or use an NGC PyTorch container that ships it",
+        source=github_blob(TE_AT, "transformer_engine/common/__init__.py") + "#L125-L130",
+        emitted=("FileNotFoundError: Could not find shared object file for Transformer Engine torch lib.",
+                 '    so_path = next(so_dir.glob(f"{module_name}.*.{extension}"))'),
+        excerpts=(f"{TE_AT}:transformer_engine/common/__init__.py:125-130",
+                  f"{_TE_V1_13}:transformer_engine/pytorch/__init__.py:49-55"),
+        confidence=0.9, rule="te-features-need-te",
+        versions="FileNotFoundError: Transformer Engine 2.x to 2.18; the StopIteration in _load_library: 1.13 and older"),
+    Signature(
+        id="te-calls-newer-torch-api", symptom="install",
+        patterns=(r"torch\.is_autocast_enabled\(device_type\)",
+                  r"torch\.is_autocast_enabled\(\) takes no arguments \(1 given\)"),
+        cause="Transformer Engine 1.13's fusible ops (transformer_engine/pytorch/ops) call "
+              "torch.is_autocast_enabled(device_type), a form that older PyTorch (before 2.4.3, Transformer Engine's "
+              "own guard) does not have, so with an older torch the call raises TypeError; Transformer Engine 2.1 "
+              "and newer check the torch version first (TransformerEngine PR #1494).",
+        fix="use a Transformer Engine and PyTorch pair it supports: upgrade PyTorch (2.4.3 or newer) or Transformer "
+            "Engine (2.1 or newer), as the release notes of the Transformer Engine in use say",
+        source="https://github.com/NVIDIA/TransformerEngine/pull/1494",
+        emitted=("    if torch.is_autocast_enabled(device_type):",
+                 "TypeError: torch.is_autocast_enabled() takes no arguments (1 given)"),
+        excerpts=(f"{_TE_V1_13}:transformer_engine/pytorch/ops/_common.py:130-140",
+                  f"{TE_AT}:transformer_engine/pytorch/ops/_common.py:68-82"),
+        confidence=0.85,
+        versions="Transformer Engine 1.13 (to 2.0) with torch < 2.4.3; 2.1 to 2.18 guard the call"),
+)
+
+SIGNATURES += (
+    Signature(
+        id="extension-cxx11-abi-mismatch", symptom="install",
+        patterns=(r"\.so[^:\s]*: undefined symbol: _ZN(?!K?(?:3c10|2at|5torch|6caffe2))\w*?Ss",),
+        cause="A compiled extension (transformer_engine_extensions / transformer_engine_torch, deep_ep, ...) was built "
+              "with another std::string ABI than the library it links to: the symbol it asks for is spelled with the "
+              "pre-C++11 ABI's std::string (`Ss` in the mangled name) while the library exports the C++11 one "
+              "(`NSt7__cxx1112basic_string...`), or the other way round. PyTorch's older public pip wheels used the "
+              "pre-C++11 ABI, most other builds the C++11 one (TransformerEngine issue 906, fixed by PR #896).",
+        fix="build the extension and the libraries it links with the ABI torch uses "
+            "(python -c 'import torch; print(torch._C._GLIBCXX_USE_CXX11_ABI)'; -D_GLIBCXX_USE_CXX11_ABI=0/1), or "
+            "install the builds made for this torch; `nm -D LIB | grep SYMBOL-NAME` shows which spelling a library has",
+        source=_LOADER,
+        emitted=("ImportError: /usr/lib/python3.10/site-packages/transformer_engine_extensions.cpython-310-x86_64-linux-"
+                 "gnu.so: undefined symbol: _ZN18transformer_engine6getenvIiEET_RKSsRKS1_",),
+        confidence=0.8, versions="any compiled C++ extension"),
 )
