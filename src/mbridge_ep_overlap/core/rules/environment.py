@@ -7,6 +7,7 @@ from ...base.errors import Severity
 from ...predict import precision
 from ...target.stack import unknown_versions
 from ..facts import Facts
+from ..prediction_inputs import gemm_precision
 from .base import Family, Upstream, When, rule, te_known, version_at_least
 
 TESTED_PAIR = ("0.19.2", "0.6.2")  # megatron-core, megatron-bridge
@@ -115,7 +116,7 @@ FP8_MIN_COMPUTE_CAPABILITY = (8, 9)
 def _low_precision(f: Facts) -> str | None:
     """The low-precision GEMM recipe the config asks for (fp8_delayed, mxfp8, ...), None for bf16/fp16/fp32."""
     try:
-        asked = precision.of_config(f.cfg)
+        asked = gemm_precision(f.cfg)
     except ValueError:  # a recipe the precision table does not read: mixed-precision-known says so
         return None
     return asked if asked in precision.LOW else None
