@@ -117,6 +117,8 @@ class Unseen2Row:
     hit: str
     """yes / partial / no, from ``labels.tsv`` (a judgement of the named cause against the maintainers')."""
     source_url: str
+    hit_before: str = ""
+    """The same judgement of *before*, where ``labels.tsv`` has a ``hit_before`` column (a set measured blind)."""
 
 
 def unseen2_rows(folder: Path = UNSEEN2) -> list[Unseen2Row]:
@@ -127,13 +129,13 @@ def unseen2_rows(folder: Path = UNSEEN2) -> list[Unseen2Row]:
     head = lines[0].split("\t") if lines else []
     for line in lines[1:]:
         cells = dict(zip(head, line.split("\t")))
-        labelled[cells["id"]] = (cells["diagnose_before"], cells["hit"])
+        labelled[cells["id"]] = (cells["diagnose_before"], cells["hit"], cells.get("hit_before", ""))
     rows = []
     for f in sorted(folder.glob("*.json")):
         report = json.loads(f.read_text())
-        before, hit = labelled.get(report["id"], ("-", "no"))
+        before, hit, hit_before = labelled.get(report["id"], ("-", "no", ""))
         rows.append(Unseen2Row(report["id"], report["symptom_class"], bool(report["recognisable_from_log"]), before,
-                               top_cause(report["log"]), hit, report["source_url"]))
+                               top_cause(report["log"]), hit, report["source_url"], hit_before))
     return rows
 
 
@@ -167,7 +169,6 @@ def _labelled_section(folder: Path, labelled: LabelledSet) -> list[str]:
     rows = unseen2_rows(folder)
     counted = [r for r in rows if r.recognisable]
     named_before = sum(r.before != "-" for r in counted)
-    before_hits = _before_hits(folder)
     named_after = sum(r.named != "-" for r in counted)
     yes, partial = (sum(r.hit == h for r in counted) for h in ("yes", "partial"))
     out = [f"## {labelled.title}", "",
@@ -177,28 +178,17 @@ def _labelled_section(folder: Path, labelled: LabelledSet) -> list[str]:
            f"not an unseen measurement; the developer has read the whole set from {READ_FROM} on. *Hit*: does the top "
            "cause name the maintainers' cause (yes / partial / no, a judgement in `labels.tsv`).", "",
            f"- **{labelled.name}, reports whose cause is recognisable from the log:** {len(counted)}; a cause named "
-           f"before: {named_before}, now: {named_after}; hit now: {yes} yes, {partial} partial", ""]
+           f"before: {named_before}, now: {named_after}; hit now: {yes} yes, {partial} partial"]
     if labelled.blind:
-        yes_b, partial_b = (sum(before_hits.get(r.id) == h for r in counted) for h in ("yes", "partial"))
-        out[-1:] = [f"- **{labelled.name}, blind (before):** hit {yes_b} yes, {partial_b} partial of {len(counted)} "
-                    "(`hit_before` in `labels.tsv`, a judgement)", ""]
-    out += [
-           "| report | class | recognisable | before | named | hit |", "|---|---|---|---|---|---|"]
+        yes_b, partial_b = (sum(r.hit_before == h for r in counted) for h in ("yes", "partial"))
+        out.append(f"- **{labelled.name}, blind (before):** hit {yes_b} yes, {partial_b} partial of {len(counted)} "
+                   "(`hit_before` in `labels.tsv`, a judgement)")
+    out += ["", "| report | class | recognisable | before | named | hit |", "|---|---|---|---|---|---|"]
     for r in rows:
         if r.recognisable or r.before != "-" or r.named != "-":
             out.append(f"| [{r.id}]({r.source_url}) | {r.symptom_class} | {'yes' if r.recognisable else 'no'} | "
                        f"`{r.before}` | `{r.named}` | {r.hit} |")
     return out + [""]
-
-
-def _before_hits(folder: Path) -> dict[str, str]:
-    """id -> the judged hit of the *before* column, where ``labels.tsv`` has a ``hit_before`` column."""
-    lines = (folder / "labels.tsv").read_text(encoding="utf-8").splitlines()
-    head = lines[0].split("\t")
-    if "hit_before" not in head:
-        return {}
-    at = head.index("hit_before")
-    return {cells[0]: cells[at] for cells in (line.split("\t") for line in lines[1:])}
 
 
 def hit_rate(rows: list[CorpusRow], split: str) -> tuple[int, int]:

@@ -128,9 +128,10 @@ class NativeChecks:
         if " in function " not in text and "Failed: " not in text and "Assertion failed: " not in text \
                 and "NCCL error in: " not in text and "' failed." not in text:
             return
-        if _WRAPPED_ASSERT.match(text) and not parse(text):
-            text = previous.rstrip() + " " + text.strip()
         c = parse(text)
+        if c is None and _WRAPPED_ASSERT.match(text):
+            text = previous.rstrip() + " " + text.strip()
+            c = parse(text)
         if c and len(self.checks) < MAX_CHECKS and all((c.library, c.where) != (o.library, o.where)
                                                        for o, _, _ in self.checks):
             self.checks.append((c, where, text.strip()))

@@ -203,7 +203,7 @@ SIGNATURES += (
               "with another std::string ABI than the library it links to: the symbol it asks for is spelled with the "
               "pre-C++11 ABI's std::string (`Ss` in the mangled name) while the library exports the C++11 one "
               "(`NSt7__cxx1112basic_string...`), or the other way round. PyTorch's older public pip wheels used the "
-              "pre-C++11 ABI, most other builds the C++11 one (TransformerEngine issue 906, fixed by PR #896).",
+              "pre-C++11 ABI, most other builds the C++11 one (TransformerEngine #906, fixed by PR #896).",
         fix="build the extension and the libraries it links with the ABI torch uses "
             "(python -c 'import torch; print(torch._C._GLIBCXX_USE_CXX11_ABI)'; -D_GLIBCXX_USE_CXX11_ABI=0/1), or "
             "install the builds made for this torch; `nm -D LIB | grep SYMBOL-NAME` shows which spelling a library has",
