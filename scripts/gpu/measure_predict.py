@@ -11,6 +11,13 @@ every FP8-class recipe this GPU supports (delayed and tensorwise FP8, blockwise 
 a recipe the GPU lacks is one row with ``status: "unsupported"`` and TE's reason. Without TE it writes
 one row saying so and exits 0.
 
+``python scripts/gpu/measure_predict.py attention OUT/attention.json`` times ``te.DotProductAttention``
+(seq 4096, causal, the same three layer shapes) forward and backward in BF16 and with FP8 attention
+(``fp8_dpa=True`` under each FP8-class recipe TE runs on this GPU: on compute capability 9.0 TE 2.18
+runs FP8 fused attention under delayed scaling only); every row records the backend TE chose (its
+"Running with ... backend" log line, ``NVTE_DEBUG=1``), so a row is never a silent BF16 fallback,
+and a recipe TE has no FP8 attention backend for is a row with ``status: "unsupported"`` and TE's reason.
+
 ``python scripts/gpu/measure_predict.py memory OUT/memory.json [--runs DIR]`` launches the proxy
 recipe (EP = 2, both ranks on GPU 0: ``EP_OVERLAP_SHARE_GPU=1``) with overlap off, overlap,
 overlap + delayed wgrad, and overlap + early attention release, on the local layer stack and (where
@@ -33,7 +40,7 @@ import statistics
 import sys
 from pathlib import Path
 
-KINDS = ("gemm", "memory")
+KINDS = ("gemm", "attention", "memory")
 SCHEMA = 1
 WARMUP, ITERS = 3, 10
 SEQ = 4096
@@ -84,7 +91,7 @@ def read_rows(path: str | Path) -> dict:
         if row.get("status") not in ("ok", "unsupported", "failed", "skipped"):
             raise ValueError(f"{path}: row {i} status {row.get('status')!r}, expected ok/unsupported/failed/skipped")
         if row["status"] == "ok":
-            need = ("seconds", "tflops") if data["kind"] == "gemm" else ("peak_gib_per_rank",)
+            need = ("peak_gib_per_rank",) if data["kind"] == "memory" else ("seconds", "tflops")
             missing = [k for k in need if not isinstance(row.get(k), (int, float, list))]
             if missing:
                 raise ValueError(f"{path}: ok row {i} lacks {missing}")
@@ -203,11 +210,11 @@ def _flops(shape: dict) -> float:
     return 2 * shape["tokens"] * shape["in_features"] * shape["out_features"]
 
 
-def _measure(te, torch, shape: dict, recipe, precision: str) -> list[dict]:
+def _measure(te, torch, shape: dict, recipe, precision: str, fp8_attention: bool = False) -> list[dict]:
     dev = "cuda"
     if shape["op"] == "attention":
-        if precision != "bf16":
-            return []  # attention stays BF16 in the perf recipes (TE's FP8 attention is off by default)
+        if precision != "bf16" and not fp8_attention:
+            return []  # the GEMM kind times attention in BF16 only; the attention kind times FP8 attention
         attn = te.DotProductAttention(shape["heads"], (shape["head_dim"], shape["v_head_dim"])
                                       if shape["head_dim"] != shape["v_head_dim"] else shape["head_dim"],
                                       num_gqa_groups=shape["kv_heads"], attn_mask_type="causal",
@@ -218,10 +225,19 @@ def _measure(te, torch, shape: dict, recipe, precision: str) -> list[dict]:
                         requires_grad=True)
         v = torch.randn(shape["tokens"], 1, shape["kv_heads"], shape["v_head_dim"], device=dev, dtype=torch.bfloat16,
                         requires_grad=True)
-        fwd = lambda: attn(q, k, v)  # noqa: E731
+        rc = recipe if fp8_attention else None
+
+        def fwd():
+            with _autocast(te, rc):
+                return attn(q, k, v)
+
         out = fwd()
         grad = torch.randn_like(out)
-        bwd = lambda: torch.autograd.grad(attn(q, k, v), (q, k, v), grad)  # noqa: E731
+
+        def bwd():
+            with _autocast(te, rc):
+                y = attn(q, k, v)
+            return torch.autograd.grad(y, (q, k, v), grad)
     else:
         groups = shape.get("groups")
         if groups:
@@ -256,6 +272,81 @@ def _measure(te, torch, shape: dict, recipe, precision: str) -> list[dict]:
     for direction, secs, f in (("forward", t_fwd, flops), ("backward", t_bwd, 2 * flops)):
         rows.append({**shape, "precision": precision, "direction": direction, "status": "ok",
                      "seconds": secs, "tflops": f / secs / 1e12, "flops": f})
+    return rows
+
+
+ATTENTION_PRECISIONS = ("bf16", "fp8_delayed", "fp8_tensorwise", "mxfp8")
+"""BF16 and the recipes TE 2.18 has an FP8 fused-attention path for (``attention/dot_product_attention/utils.py``:
+delayed scaling on any FP8 GPU, current scaling and MXFP8 from compute capability 10.0)."""
+
+
+class _BackendLog:
+    """Collects TE's "Running with ... backend" lines (logger ``DotProductAttention``, INFO with
+    ``NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=1``, set before TE is imported) and its "Disabling ..." reasons."""
+
+    def __init__(self) -> None:
+        import logging
+
+        self.lines: list[str] = []
+        outer = self
+
+        class H(logging.Handler):
+            def emit(self, record):  # noqa: D401 - logging API
+                outer.lines.append(record.getMessage())
+
+        self.handler = H(level=logging.DEBUG)
+        for name in ("DotProductAttention", "transformer_engine.pytorch.attention.dot_product_attention.utils"):
+            logging.getLogger(name).addHandler(self.handler)
+
+    def take(self) -> tuple[str, list[str]]:
+        lines, self.lines = self.lines, []
+        chosen = [x for x in lines if x.startswith("Running with")]
+        return (chosen[-1] if chosen else ""), [x for x in lines if x.startswith("Disabling")][:8]
+
+
+def measure_attention() -> list[dict]:
+    os.environ.setdefault("NVTE_DEBUG", "1")
+    os.environ.setdefault("NVTE_DEBUG_LEVEL", "2")
+    method = (f"te.DotProductAttention, sbhd, causal, batch 1, BF16 inputs; CUDA events around {ITERS} calls after "
+              f"{WARMUP} warm-up calls, median; backward = (forward + backward) - forward; FP8 rows under "
+              "te.autocast(recipe(fp8_dpa=True)), so TE quantizes Q, K, V and dO itself as Megatron-Core's "
+              "fp8_dot_product_attention (without fp8_multi_head_attention) does")
+    try:
+        import torch
+        import transformer_engine.pytorch as te
+        from transformer_engine.common import recipe as te_recipe
+    except Exception as e:  # noqa: BLE001 - without TE this part has nothing to time
+        return [{"status": "skipped", "why": f"Transformer Engine does not import: {type(e).__name__}: {e}"}]
+    log = _BackendLog()
+    classes = {"fp8_delayed": "DelayedScaling", "fp8_tensorwise": "Float8CurrentScaling", "mxfp8": "MXFP8BlockScaling"}
+    rows = []
+    shapes = [s for s in gemm_shapes() if s["op"] == "attention"]
+    for precision in ATTENTION_PRECISIONS:
+        recipe = None
+        if precision != "bf16":
+            ok, why = _support(precision)
+            if not ok or not hasattr(te_recipe, classes[precision]):
+                rows.append({"precision": precision, "op": "attention", "status": "unsupported",
+                             "why": why or f"this TE has no {classes[precision]}"})
+                continue
+            recipe = getattr(te_recipe, classes[precision])(fp8_dpa=True)
+        for shape in shapes:
+            try:
+                got = _measure(te, torch, shape, recipe, precision, fp8_attention=recipe is not None)
+                backend, disabled = log.take()
+                if recipe is not None and "FusedAttention backend (sub-backend 2)" not in backend:
+                    # cuDNN's FP8 fused attention is TE's sub-backend 2; anything else is not FP8 attention
+                    rows.append({**shape, "precision": precision, "status": "unsupported",
+                                 "why": f"TE ran {backend or 'no reported backend'} (not FP8 fused attention)",
+                                 "backend": backend, "disabled": disabled})
+                    continue
+                rows += [{**r, "method": method, "backend": backend} for r in got]
+            except Exception as e:  # noqa: BLE001 - one shape failing must not lose the others
+                backend, disabled = log.take()
+                rows.append({**shape, "precision": precision, "status": "failed",
+                             "why": f"{type(e).__name__}: {str(e)[:300]}", "backend": backend, "disabled": disabled})
+            finally:
+                torch.cuda.empty_cache()
     return rows
 
 
@@ -362,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     data = header(a.kind)
     if a.kind == "gemm":
         data["rows"] = measure_gemms()
+    elif a.kind == "attention":
+        data["rows"] = measure_attention()
     else:
         data["rows"] = measure_memory(Path(a.runs) if a.runs else out.parent / "memory-runs")
     out.write_text(json.dumps(data, indent=1, default=str))

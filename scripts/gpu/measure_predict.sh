@@ -5,8 +5,9 @@
 # FP8-class recipe the GPU supports; a row "skipped" when Transformer Engine does not import),
 # memory.json (peak memory per rank of the proxy recipe, EP = 2 with both ranks on GPU 0, overlap off /
 # on / + delayed wgrad / + early attention release, local and - where TE imports - TE layers),
-# memory-runs/ (each run's per-rank logs and evidence summary), and the two parts' logs.
-# Hard limits: the GEMM part 150 s, the memory part 300 s (each run 200 s), about 5-6 minutes in all.
+# attention.json (TE fused attention, BF16 and FP8 attention, forward and backward, with the backend TE chose),
+# memory-runs/ (each run's per-rank logs and evidence summary), and the three parts' logs.
+# Hard limits: the GEMM part 150 s, the attention part 120 s, the memory part 300 s (each run 200 s), about 6-7 minutes in all.
 set -uo pipefail
 if [ $# -ne 1 ] || [ -z "$1" ]; then
   echo "usage: bash scripts/gpu/measure_predict.sh OUT (a folder for the results)" >&2
@@ -22,6 +23,8 @@ rc=0
 # GEMMs first, alone on the GPU: the memory runs would disturb their timings.
 timeout -k 10 150 python3 scripts/gpu/measure_predict.py gemm "$OUT/gemm.json" > "$OUT/gemm.log" 2>&1 || rc=$?
 tail -3 "$OUT/gemm.log"
+timeout -k 10 120 python3 scripts/gpu/measure_predict.py attention "$OUT/attention.json" > "$OUT/attention.log" 2>&1 || rc=$?
+tail -3 "$OUT/attention.log"
 timeout -k 15 300 python3 scripts/gpu/measure_predict.py memory "$OUT/memory.json" --runs "$OUT/memory-runs" \
   > "$OUT/memory.log" 2>&1 || rc=$?
 tail -3 "$OUT/memory.log"
