@@ -17,6 +17,12 @@ TE = ("https://github.com/NVIDIA/TransformerEngine/blob/05279e74bf77440e3c35237d
       "transformer_engine/common/util/logging.h")
 DEEPEP = ("https://github.com/deepseek-ai/DeepEP/blob/69bade5e252a95de8dd65ac253679372ab6f52d6/"
           "csrc/kernels/exception.cuh")
+DEEPEP_V2 = ("https://github.com/deepseek-ai/DeepEP/blob/dd758caf451848bd150e1046af3d0a73e5fff38d/"
+             "deep_ep/include/deep_ep/common/exception.cuh")
+HYBRID_EP = ("https://github.com/deepseek-ai/DeepEP/blob/94a9f8f6b146c07d97ec58f67cd6d303296d6098/"
+             "csrc/hybrid_ep/utils.cuh")
+NVSHMEM = ("https://github.com/NVIDIA/nvshmem/blob/2d7d25f0816235e3c2b51779571ec032606ea0dd/"
+           "src/include/non_abi/nvshmemx_error.h")
 TORCH = ("https://github.com/pytorch/pytorch/blob/aac9c440075b7ec15dfe83973dc1dcd63c2fc042/"
          "torch/csrc/distributed/c10d/NCCLUtils.hpp")
 
@@ -37,6 +43,37 @@ def ep_exception(name: str, file: str, line: int, error: str) -> str:
     #         + " '" + error + "'"; EP_HOST_ASSERT(cond) passes ("Assertion", __FILE__, __LINE__, #cond),
     #         CUDA_CHECK(cmd) passes ("CUDA", __FILE__, __LINE__, cudaGetErrorString(e))
     return "Failed: " + name + " error " + file + ":" + str(line) + " '" + error + "'"
+
+
+def ep_v2_exception(name: str, file: str, line: int, error: str) -> str:
+    # DeepEP V2: EPException: ss << name << " exception (" << file << ":" << line << "): " << error;
+    #   EP_HOST_ASSERT(cond) -> ("Assertion", __FILE__, __LINE__, #cond); NCCL_CHECK(cmd) -> ("NCCL", ...,
+    #   static_cast<int>(e) << " (" << ncclGetLastError(nullptr) << ")"); CUDA_RUNTIME_CHECK(cmd) -> ("CUDA runtime",
+    #   ..., static_cast<int>(e) << " (" << cudaGetErrorName(e) << ", " << cudaGetErrorString(e) << ")")
+    return name + " exception (" + file + ":" + str(line) + "): " + error
+
+
+def hybrid_ep_cu_check(file: str, line: int, call: str, reason: str) -> str:
+    # HybridEP: CU_CHECK(call): fprintf(stderr, "CU error encountered at: " "file=%s line=%d, call='%s' Reason=%s.\n",
+    #   __FILE__, __LINE__, #call, p_err_str)
+    return "CU error encountered at: " "file=%s line=%d, call='%s' Reason=%s.\n" % (file, line, call, reason)
+
+
+def hybrid_ep_cuda_check(file: str, line: int, call: str, name: str, text: str) -> str:
+    # HybridEP: CUDA_CHECK(call): "CUDA error encountered at: " "file=%s, line=%d, " "call='%s', Reason=%s:%s"
+    return "CUDA error encountered at: " "file=%s, line=%d, " "call='%s', Reason=%s:%s" % (file, line, call, name, text)
+
+
+def nvshmem_error_print(file: str, function: str, line: int, message: str) -> str:
+    # NVSHMEM: NVSHMEMI_ERROR_PRINT(...): fprintf(stderr, "%s:%s:%d: ", __FILE__, __FUNCTION__, __LINE__);
+    #   fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n")
+    return "%s:%s:%d: " % (file, function, line) + message + "\n"
+
+
+def nvshmem_error_jmp(file: str, line: int, head: str, message: str) -> str:
+    # NVSHMEM: NVSHMEMI_NZ_ERROR_JMP: "%s:%d: non-zero status: %d "; NVSHMEMI_EQ_ERROR_JMP: "%s:%d: error status: %d ";
+    #   NVSHMEMI_NULL_ERROR_JMP: "%s:%d: NULL value "; then __VA_ARGS__ and "\n"
+    return "%s:%d: " % (file, line) + head + " " + message + "\n"
 
 
 def ep_device_assert(file: str, line: int, cond: str) -> str:
@@ -69,6 +106,40 @@ CASES = [
                               "ibgda_get_state()->num_rc_per_pe >= num_channels").splitlines()[0],
      ("deep-ep", "EP_DEVICE_ASSERT", "csrc/kernels/internode.cu", 483, "",
       "ibgda_get_state()->num_rc_per_pe >= num_channels", "")),
+    (DEEPEP_V2, "RuntimeError: " + ep_v2_exception("NCCL", "/mnt/DeepEP/csrc/kernels/backend/nccl.cu", 105,
+                                                   "5 (GIN_IB_PROXY does not support specifying qp depth)"),
+     ("deep-ep", "NCCL_CHECK", "csrc/kernels/backend/nccl.cu", 105, "", "",
+      "5 = ncclInvalidUsage: GIN_IB_PROXY does not support specifying qp depth")),
+    (DEEPEP_V2, "RuntimeError: " + ep_v2_exception(
+        "Assertion", "/opt/DeepEP/csrc/kernels/backend/nccl.cu", 87,
+        '(allow_hybrid_mode ? props.railedGinType : props.ginType) != NCCL_GIN_TYPE_NONE and "NCCL GIN is unavailable."'),
+     ("deep-ep", "EP_HOST_ASSERT", "csrc/kernels/backend/nccl.cu", 87, "",
+      "(allow_hybrid_mode ? props.railedGinType : props.ginType) != NCCL_GIN_TYPE_NONE", "NCCL GIN is unavailable.")),
+    (DEEPEP_V2, "RuntimeError: " + ep_v2_exception("CUDA runtime", "/opt/DeepEP/deep_ep/include/deep_ep/common/layout.cuh",
+                                                   40, "2 (cudaErrorMemoryAllocation, out of memory)"),
+     ("deep-ep", "CUDA_RUNTIME_CHECK", "deep_ep/include/deep_ep/common/layout.cuh", 40, "", "",
+      "2 (cudaErrorMemoryAllocation, out of memory)")),
+    (HYBRID_EP, hybrid_ep_cu_check("/opt/DeepEP/csrc/hybrid_ep/allocator/allocator.cu", 92,
+                                   "cuMemAddressReserve((CUdeviceptr*)ptr, size, fabric_granularity_, 0, 0)",
+                                   "out of memory").rstrip(),
+     ("deep-ep", "HybridEP CU_CHECK", "csrc/hybrid_ep/allocator/allocator.cu", 92, "cuMemAddressReserve", "",
+      "cuMemAddressReserve((CUdeviceptr*)ptr, size, fabric_granularity_, 0, 0) returned out of memory")),
+    (HYBRID_EP, hybrid_ep_cuda_check("/opt/DeepEP/csrc/hybrid_ep/hybrid_ep.cu", 310, "cudaMalloc(&p, n)",
+                                     "cudaErrorMemoryAllocation", "out of memory"),
+     ("deep-ep", "HybridEP CU_CHECK", "csrc/hybrid_ep/hybrid_ep.cu", 310, "cudaMalloc", "",
+      "cudaMalloc(&p, n) returned cudaErrorMemoryAllocation:out of memory")),
+    (NVSHMEM, nvshmem_error_print("/dvs/p4/build/toolkit/r13.2/main_nvshmem/src/host/team/team_internal.cpp",
+                                  "nvshmemi_team_allocate_resources", 1975, "Failed to set team index").rstrip(),
+     ("nvshmem", "NVSHMEMI_ERROR_PRINT", "src/host/team/team_internal.cpp", 1975, "nvshmemi_team_allocate_resources",
+      "", "Failed to set team index")),
+    (NVSHMEM, nvshmem_error_jmp("/repo/nvshmem_src/src/host/team/team_internal.cpp", 1821, "error status: 2",
+                                "No more teams available (max = 7)").rstrip(),
+     ("nvshmem", "NVSHMEMI_ERROR_JMP", "src/host/team/team_internal.cpp", 1821, "", "",
+      "error status: 2 No more teams available (max = 7)")),
+    (NVSHMEM, nvshmem_error_jmp("/usr/src/nvshmem/src/modules/transport/ibgda/ibgda.cpp", 2234, "NULL value",
+                                "Unable to create ah.").rstrip(),
+     ("nvshmem", "NVSHMEMI_ERROR_JMP", "src/modules/transport/ibgda/ibgda.cpp", 2234, "", "",
+      "NULL value Unable to create ah.")),
     (TORCH, "torch.distributed.DistBackendError: " + c10d_nccl_check(
         "/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp", 3356,
         "unhandled cuda error (run with NCCL_DEBUG=INFO for details)", "2.21.5").splitlines()[0],
@@ -140,3 +211,45 @@ def test_an_unsupported_branch_reads_as_one():
     c = native_checks.parse(ep_exception("Assertion", "/d/csrc/kernels/internode.cu", 328,
                                          'false and "Unsupported RDMA ranks"'))
     assert c.requires == "a case it supports (it reached one it does not: Unsupported RDMA ranks)"
+
+
+def test_a_deepep_v2_nccl_error_is_named_with_its_result_and_message():
+    line = "RuntimeError: " + ep_v2_exception("NCCL", "/mnt/DeepEP/csrc/kernels/backend/nccl.cu", 105,
+                                              "5 (GIN_IB_PROXY does not support specifying qp depth)")
+    top = run(line + "\n").findings[0]
+    assert top.signature.id == "native-check:deep-ep:csrc/kernels/backend/nccl.cu:105"
+    assert "the NCCL call to return ncclSuccess (it returned: 5 = ncclInvalidUsage: GIN_IB_PROXY does not support " \
+           "specifying qp depth)" in top.signature.cause
+
+
+def test_a_message_that_names_the_setting_to_change_says_so_in_the_fix():
+    line = nvshmem_error_jmp("/b/main_nvshmem/src/host/team/team_internal.cpp", 1821, "error status: 2",
+                             "(NVSHMEMX_ERROR_OUT_OF_MEMORY) No more teams available (max = 7), try setting "
+                             "NVSHMEM_MAX_TEAMS environment variable")
+    top = run(line).findings[0]
+    assert top.signature.id == "native-check:nvshmem:src/host/team/team_internal.cpp:1821"
+    assert top.signature.fix.startswith("its message says what to change: try setting NVSHMEM_MAX_TEAMS environment variable")
+    assert "nvshmem version not in the evidence" in top.signature.versions
+
+
+def test_nvshmem_chain_names_the_first_line_first():
+    text = (nvshmem_error_jmp("/b/nvshmem/src/modules/bootstrap/uid/bootstrap_uid.cpp", 301, "non-zero status: 7",
+                              "bootstrap allgather failed")
+            + nvshmem_error_jmp("/b/nvshmem/src/host/init/init.cu", 420, "non-zero status: 7",
+                                "nvshmem bootstrap failed"))
+    ids = [f.signature.id for f in run(text).findings]
+    assert ids[:2] == ["native-check:nvshmem:src/modules/bootstrap/uid/bootstrap_uid.cpp:301",
+                       "native-check:nvshmem:src/host/init/init.cu:420"]
+
+
+def test_a_path_that_is_not_nvshmem_is_not_read_as_nvshmem():
+    assert native_checks.parse("/home/u/train.cpp:12: non-zero status: 3 oops") is None
+    assert native_checks.parse("/home/u/train.cpp:main:12: oops") is None
+
+
+def test_hybridep_fabric_memory_refused_names_the_fabric_handles():
+    line = hybrid_ep_cu_check("/opt/DeepEP/csrc/hybrid_ep/allocator/allocator.cu", 91,
+                              "cuMemCreate(&handle, size, &fabric_prop_, 0)", "operation not permitted")
+    top = run(line).findings[0]
+    assert top.signature.id == "hybridep-fabric-memory-not-permitted"
+    assert "USE_MNNVL=0" in top.signature.fix

@@ -74,6 +74,14 @@ def _templates(path: Path) -> list[re.Pattern]:
     return out
 
 
+def _so_fragments(text: str) -> list[str]:
+    """The literal parts of a printed message (numbers and quoted values cut out) of 16 characters or more:
+    what a shared object that prints it holds as a string."""
+    # cut at what a separate format string prints: numbers, quoted values, NVSHMEM's "NULL value " / "WARN: "
+    parts = re.split(r"-?\d+|'[^']*'|\"[^\"]*\"|\([^)]*\)|: |NULL value ", text)
+    return [x.strip() for x in parts if len(x.strip()) >= 16]
+
+
 def _installed(sig) -> Path:
     path = sig.source.removeprefix("installed:").split(" ")[0]
     if path.startswith("mbridge_ep_overlap/"):
@@ -94,7 +102,12 @@ def test_emitted_text_is_in_the_installed_source(sig):
             assert any(p.search(path.read_text()) for p in sig.compiled()), (sig.id, path)
             continue
         if ".so" in path.suffixes:  # a shared object, versioned (.so.3) or not
-            assert re.sub(r".*\] ", "", line).split(":")[0].encode() in path.read_bytes(), (sig.id, path)
+            text = re.sub(r".*\] ", "", line)
+            head = text.split(":")[0]
+            if "/" in head:  # a __FILE__ the library was built with
+                assert head.encode() in path.read_bytes(), (sig.id, path, head)
+            data = path.read_bytes()
+            assert any(part.encode() in data for part in _so_fragments(text)), f"{sig.id}: no message of {path} in {line!r}"
             continue
         templates = _templates(path)
         assert any(t.search(line) or line.strip() in t.pattern.replace("\\", "") for t in templates), \
@@ -129,12 +142,14 @@ def test_non_installed_text_has_a_corpus_report():
 _PRINTF = re.compile(r'printf\("((?:[^"\\]|\\.)*)')
 _ASSERT = re.compile(r"EP_HOST_ASSERT\((.*)\);\s*$")
 _THROW = re.compile(r'throw [\w:]+\("([^"]*)"\)')
+_EP_V2_THROW = re.compile(r'throw EPExceptionWithLineInfo\("([^"]*)",')
 
 
 def _renders(quote: str) -> re.Pattern:
     """What an upstream source line prints: a printf's format (its %-fields match anything), an
     EP_HOST_ASSERT's stringified condition inside DeepEP's 'Failed: Assertion error FILE:LINE 'COND'',
-    a thrown message, or, for any other line, the identifiers it names."""
+    a thrown message, DeepEP V2's ``EPExceptionWithLineInfo(NAME, ...)`` as 'NAME exception (FILE:LINE): ', or,
+    for any other line, the identifiers it names."""
     if m := _PRINTF.search(quote):
         fmt = m.group(1).replace("\\n", "")
         return re.compile(re.sub(r"%(?:l{0,2}[dus]|p)", ".+?", re.escape(fmt).replace("%", "%")).replace("\\%", "%"))
@@ -142,6 +157,8 @@ def _renders(quote: str) -> re.Pattern:
         return re.compile(r"Failed: Assertion error \S+:\d+ '" + re.escape(m.group(1)) + "'")
     if m := _THROW.search(quote):
         return re.compile(re.escape(m.group(1)))
+    if m := _EP_V2_THROW.search(quote):  # DeepEP V2: name << " exception (" << file << ":" << line << "): " << error
+        return re.compile(re.escape(m.group(1)) + r" exception \(\S+:\d+\): ")
     names = [w for w in re.findall(r"[A-Za-z_]\w{8,}", quote)]
     return re.compile(".*".join(re.escape(w) for w in names))
 

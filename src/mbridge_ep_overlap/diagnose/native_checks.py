@@ -9,7 +9,19 @@ Contract
   ``FILE:LINE in function FN: Assertion failed: COND. MESSAGE`` / ``FILE:LINE in function FN: MESSAGE``;
 - DeepEP ``EP_HOST_ASSERT`` / ``CUDA_CHECK`` (``csrc/kernels/exception.cuh``, class ``EPException``):
   ``Failed: Assertion error FILE:LINE 'COND'`` / ``Failed: CUDA error FILE:LINE 'ERROR'``, and
-  ``EP_DEVICE_ASSERT``'s ``Assertion failed: FILE:LINE, condition: COND``;
+  ``EP_DEVICE_ASSERT``'s ``Assertion failed: FILE:LINE, condition: COND``; DeepEP V2's ``EPException``
+  (``deep_ep/include/deep_ep/common/exception.cuh``): ``NAME exception (FILE:LINE): ERROR`` for
+  ``EP_HOST_ASSERT`` (NAME ``Assertion``, ERROR the condition), ``CUDA_RUNTIME_CHECK`` / ``CUDA_DRIVER_CHECK``
+  (``CUDA runtime`` / ``CUDA driver``: ``N (NAME, TEXT)``), ``NCCL_CHECK`` (``NCCL``: ``N (ncclGetLastError)``,
+  N read as its ``ncclResult_t`` name) and any other NAME (``EPExceptionWithLineInfo``); an assert condition
+  of the form ``COND and "MESSAGE"`` is read as its condition and its message;
+- HybridEP's ``CUDA_CHECK`` / ``CU_CHECK`` (``csrc/hybrid_ep/utils.cuh``): ``... file=FILE, line=LINE,
+  call='CALL', Reason=NAME:TEXT`` / ``... file=FILE line=LINE, call='CALL' Reason=TEXT.``, and the line
+  with only ``call='CALL' Reason=TEXT`` (the call then names the check);
+- NVSHMEM's error macros (``src/include/non_abi/nvshmemx_error.h``), on a path that is NVSHMEM's:
+  ``NVSHMEMI_ERROR_PRINT`` ``FILE:FUNCTION:LINE: MESSAGE`` and the ``*_ERROR_JMP`` family ``FILE:LINE:
+  non-zero status: N MESSAGE`` / ``error status: N MESSAGE`` / ``NULL value MESSAGE``; NVSHMEM prints one
+  such line per function the error passes through, so the first is where it began;
 - torch's ``C10D_NCCL_CHECK`` (``torch/csrc/distributed/c10d/NCCLUtils.hpp``) around an NCCL call:
   ``NCCL error in: FILE:LINE, NCCL_ERROR_STRING, NCCL version X``;
 - a C ``assert`` in any native code (glibc's ``__assert_fail``): ``PROGRAM: FILE:LINE: FUNCTION: Assertion
@@ -49,14 +61,27 @@ FORMATS: tuple[tuple[str, str, re.Pattern], ...] = (
         r"Assertion failed: " + _SOURCE + r":(?P<line>\d+), condition: (?P<condition>.+?)\s*$")),
     ("nccl", "C10D_NCCL_CHECK", re.compile(
         r"NCCL error in: " + _SOURCE + r":(?P<line>\d+), (?P<message>.+?)(?:, NCCL version (?P<version>[\w.+-]+))?\s*$")),
+    ("deep-ep", "EPException", re.compile(  # V2: name << " exception (" << file << ":" << line << "): " << error
+        r"(?P<name>Assertion|CUDA runtime|CUDA driver|NCCL|[A-Z][\w ]{0,40}?) exception \(" + _SOURCE
+        + r":(?P<line>\d+)\): (?P<message>.+?)\s*$")),
+    ("deep-ep", "HybridEP CU_CHECK", re.compile(  # "CU error encountered at: file=%s line=%d, call='%s' Reason=%s."
+        r"(?:(?:CUDA|CU) error encountered at: file=" + _SOURCE + r",? line=(?P<line>\d+), )?"
+        r"call='(?P<call>[^']+)',? Reason=(?P<message>.+?)\.?\s*$")),
+    ("nvshmem", "NVSHMEMI_ERROR_JMP", re.compile(
+        r"(?P<file>\S*nvshmem\S*?\.(?:cpp|cu|cuh|c|h)):(?P<line>\d+): (?P<status>(?:non-zero|error) status: -?\d+"
+        r"(?:: [^,]*?, exiting\.\.\.)?|NULL value) ?(?P<message>.*?)\s*$")),
+    ("nvshmem", "NVSHMEMI_ERROR_PRINT", re.compile(
+        r"(?P<file>\S*nvshmem\S*?\.(?:cpp|cu|cuh|c|h)):(?P<function>\w+):(?P<line>\d+): (?P<message>.+?)\s*$")),
     (BY_PATH, "assert", re.compile(  # glibc's __assert_fail: "%s%s%s:%u: %s%sAssertion `%s' failed."
         _SOURCE + r":(?P<line>\d+):\s*(?:(?P<function>[^`]+?):\s+)?Assertion `(?P<condition>.+)' failed\.")),
 )
 """(library, macro, the expression that reads its format), most specific first."""
 
-ROOTS = {"transformer-engine": ("transformer_engine/",), "deep-ep": ("csrc/",), "nccl": ("torch/csrc/",),
-         "native code": ()}
+ROOTS = {"transformer-engine": ("transformer_engine/",), "deep-ep": ("csrc/", "deep_ep/include/"),
+         "nccl": ("torch/csrc/",), "nvshmem": (), "native code": ()}
 """Where a library's file path starts, so that two builds' absolute paths name the same check."""
+_NVSHMEM_ROOT = re.compile(r".*nvshmem[^/]*/(?:.*?/)??(src/.+)$")
+"""NVSHMEM's ``src/...`` after its source folder (``.../main_nvshmem/src/host/...``, ``/repo/nvshmem_src/src/...``)."""
 _PATH_LIBRARIES = (("transformer-engine", "transformer_engine"), ("deep-ep", "deep_ep"), ("deep-ep", "deepep"),
                    ("deep-ep", "hybrid_ep"), ("nccl", "/nccl"))
 """(library, a part of a source path that only its sources have), first match wins; else "native code"."""
@@ -65,6 +90,15 @@ _WRAPPED_ASSERT = re.compile(r"^\s*(?:[^`]+?:\s+)?Assertion `.+' failed\.")
 _UNREACHABLE = re.compile(r'^false\s*(?:and|&&)\s*"(.*)"$')
 """``EP_HOST_ASSERT(false and "Unsupported RDMA ranks")``: a branch the code does not support."""
 _FAILED_CALL = re.compile(r"^(CUDA|cuBLAS|cuDNN|NVRTC|cuBLASMp|MPI) [Ee]rror: ")
+_COND_AND_MESSAGE = re.compile(r'^(?P<cond>.+?)\s+(?:and|&&)\s*"(?P<message>.*)"$', re.S)
+"""DeepEP V2's ``EP_HOST_ASSERT(x != NONE and "NCCL GIN is unavailable ...")``: a condition with its message."""
+NCCL_RESULTS = ("ncclSuccess", "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
+                "ncclInvalidArgument", "ncclInvalidUsage", "ncclRemoteError", "ncclInProgress")
+"""``ncclResult_t`` in NCCL's ``nccl.h`` (0..7), the number DeepEP V2's ``NCCL_CHECK`` prints."""
+_HINT = re.compile(r"(?i:\b(?:try|please|consider)\s+)?(?i:setting|set|increas\w*|export\w*|rais\w+)\s+(?i:the\s+)?"
+                   r"[A-Z][A-Z0-9]*_[A-Z0-9_]+\b[^.;]*")
+"""A message that itself names the setting to change ("try setting NVSHMEM_MAX_TEAMS environment variable")."""
+_CALLED = re.compile(r"^(?P<name>[A-Za-z_][\w:]*)\s*\(")
 
 
 @dataclass(frozen=True)
@@ -83,7 +117,7 @@ class NativeCheck:
 
     @property
     def where(self) -> str:
-        return f"{self.file}:{self.line}"
+        return f"{self.file}:{self.line}" if self.file else f"the call {self.function}"
 
     @property
     def requires(self) -> str:
@@ -91,10 +125,16 @@ class NativeCheck:
             return f"a case it supports (it reached one it does not: {m.group(1)})"
         if self.condition:
             return self.condition
-        if self.macro == "CUDA_CHECK":
+        if self.macro in ("CUDA_CHECK", "CUDA_RUNTIME_CHECK"):
             return f"the CUDA call to return cudaSuccess (it returned: {self.message})"
-        if self.macro == "C10D_NCCL_CHECK":
+        if self.macro == "CUDA_DRIVER_CHECK":
+            return f"the CUDA driver call to return CUDA_SUCCESS (it returned: {self.message})"
+        if self.macro in ("C10D_NCCL_CHECK", "NCCL_CHECK"):
             return f"the NCCL call to return ncclSuccess (it returned: {self.message})"
+        if self.macro == "HybridEP CU_CHECK":
+            return f"{self.function} to succeed ({self.message})"
+        if self.macro.startswith("NVSHMEMI_"):
+            return f"what NVSHMEM's message says ({self.message})"
         if m := _FAILED_CALL.match(self.message):
             return f"the {m.group(1)} call to succeed (it returned: {self.message[m.end():]})"
         return f"what its message says ({self.macro} raises without a condition)"
@@ -105,16 +145,46 @@ def parse(text: str) -> NativeCheck | None:
     for library, macro, pattern in FORMATS:
         if m := pattern.search(text):
             g = m.groupdict()
-            path = g["file"].rsplit(":", 1)[-1]
+            path = (g.get("file") or "").rsplit(":", 1)[-1]
             if library == BY_PATH:
                 lowered = path.lower()
                 library = next((lib for lib, part in _PATH_LIBRARIES if part in lowered), "native code")
-            file = next((root + path.split(root, 1)[1] for root in ROOTS[library] if root in path),
-                        path.rsplit("/", 1)[-1])
-            return NativeCheck(library, macro, file, int(g["line"]), g.get("function") or "",
-                               (g.get("condition") or "").strip(), (g.get("message") or "").strip(),
+            file = _from_root(library, path)
+            condition, message = (g.get("condition") or "").strip(), (g.get("message") or "").strip()
+            macro, function = _macro(macro, g), g.get("function") or ""
+            if macro == "EP_HOST_ASSERT" and g.get("name"):  # V2: the error text is the stringified condition
+                condition, message = message, ""
+            if macro == "NCCL_CHECK" and (n := re.match(r"(\d+) \((.*)\)$", message)):
+                code = int(n.group(1))
+                name = NCCL_RESULTS[code] if code < len(NCCL_RESULTS) else f"ncclResult_t {code}"
+                message = f"{code} = {name}: {n.group(2)}"
+            if g.get("status"):
+                message = f"{g['status']} {message}" if message else g["status"]
+            if g.get("call"):
+                function = (_CALLED.match(g["call"]) or re.match(r"(.*)", g["call"])).group(1)
+                message = f"{g['call']} returned {message}"
+            if (m2 := _COND_AND_MESSAGE.match(condition)) and not _UNREACHABLE.match(condition):
+                condition, message = m2.group("cond").strip(), m2.group("message")
+            if not g.get("file"):  # HybridEP's line without its file: the call names the check
+                return NativeCheck(library, macro, "", 0, function, condition, message)
+            return NativeCheck(library, macro, file, int(g["line"]), function, condition, message,
                                g.get("version") or "")
     return None
+
+
+def _from_root(library: str, path: str) -> str:
+    """The path from the library's source root (the same check in two builds has one name)."""
+    if library == "nvshmem" and (m := _NVSHMEM_ROOT.match(path)):
+        return m.group(1)
+    return next((root + path.split(root, 1)[1] for root in ROOTS[library] if root in path), path.rsplit("/", 1)[-1])
+
+
+def _macro(macro: str, g: dict) -> str:
+    """The macro a V2 ``EPException`` line came from, by the name it prints."""
+    if macro != "EPException":
+        return macro
+    return {"Assertion": "EP_HOST_ASSERT", "CUDA runtime": "CUDA_RUNTIME_CHECK", "CUDA driver": "CUDA_DRIVER_CHECK",
+            "NCCL": "NCCL_CHECK"}.get(g["name"], f"EPException ({g['name']})")
 
 
 class NativeChecks:
@@ -126,7 +196,8 @@ class NativeChecks:
     def feed(self, text: str, where: str) -> None:
         previous, self._previous = self._previous, text
         if " in function " not in text and "Failed: " not in text and "Assertion failed: " not in text \
-                and "NCCL error in: " not in text and "' failed." not in text:
+                and "NCCL error in: " not in text and "' failed." not in text and " exception (" not in text \
+                and "' Reason=" not in text and "nvshmem" not in text:
             return
         c = parse(text)
         if c is None and _WRAPPED_ASSERT.match(text):
@@ -143,10 +214,12 @@ def findings(checks: list[tuple[NativeCheck, str, str]], facts: dict[str, dict])
         version = _version(c, facts)
         in_fn = f" in function {c.function}" if c.function else ""
         said = f": {c.message.rstrip('.')}" if c.message and c.condition else ""
+        hint = _HINT.search(c.message)
+        told = f"its message says what to change: {hint.group(0).rstrip('.')}; " if hint else ""
         sig = dataclasses.replace(
             NATIVE_CHECK, id=f"{NATIVE_CHECK.id}:{c.library}:{c.where}",
             cause=f"{c.library}'s check at {c.where}{in_fn} failed ({c.macro}): it requires {c.requires}{said}.",
-            fix=f"the check in {c.library} {c.where} requires {c.requires}: change what the run passes it, or use "
+            fix=f"{told}the check in {c.library} {c.where} requires {c.requires}: change what the run passes it, or use "
                 f"a {c.library} release whose check accepts it; the run's version: {version}",
             source=f"{c.library}:{c.where}", emitted=(line,), versions=version)
         f = Finding(sig)

@@ -24,6 +24,9 @@ DEEPEP_AT = "deepseek-ai/DeepEP@9af0e0d0e74f3577af1979c9b9e1ac2cad0104ee"
 """DeepEP v1.2.1, where the DeepEP source lines the signatures quote are (``Signature.quoted_at``)."""
 HYBRID_EP_AT = "deepseek-ai/DeepEP@94a9f8f6b146c07d97ec58f67cd6d303296d6098"
 """DeepEP's hybrid-ep branch (HybridEP)."""
+DEEPEP_V2_AT = "deepseek-ai/DeepEP@dd758caf451848bd150e1046af3d0a73e5fff38d"
+"""DeepEP main with the V2 (elastic / NCCL GIN) buffers and V2's ``EPException`` format."""
+
 
 
 TE_AT = "NVIDIA/TransformerEngine@27486e03cfc1fa41f6932dcecdc47c71c47eac3e"

@@ -36,8 +36,10 @@ UPSTREAM_CHECK = Signature(
 NATIVE_CHECK = Signature(
     id="native-check", symptom="config-error", patterns=(),
     cause="A C++/CUDA check in Transformer Engine (NVTE_CHECK / NVTE_ERROR), DeepEP (EP_HOST_ASSERT, "
-          "EP_DEVICE_ASSERT, CUDA_CHECK) or torch's NCCL wrapper (C10D_NCCL_CHECK) failed: the line its macro "
-          "prints names the library, file:line, function, condition and message, and that check is the cause.",
+          "EP_DEVICE_ASSERT, CUDA_CHECK; V2's EPException: NCCL_CHECK, CUDA_RUNTIME_CHECK, CUDA_DRIVER_CHECK), "
+          "HybridEP (CUDA_CHECK / CU_CHECK), NVSHMEM (NVSHMEMI_ERROR_PRINT, the *_ERROR_JMP family) or torch's NCCL "
+          "wrapper (C10D_NCCL_CHECK) failed: the line its macro prints names the library, file:line (or the call), "
+          "function, condition and message, and that check is the cause.",
     fix="'the check in LIBRARY FILE:LINE requires CONDITION': change what the run passes it, or use a release of "
         "the library whose check accepts it (the run's version from the facts)",
     source="installed:mbridge_ep_overlap/diagnose/native_checks.py", emitted=(), confidence=0.65,

@@ -4,7 +4,7 @@ own timeouts or as this library's progress watchdog with every rank's Python sta
 
 from __future__ import annotations
 
-from .base import DEEPEP_AT, HYBRID_EP_AT, Signature, github_blob
+from .base import DEEPEP_AT, DEEPEP_V2_AT, HYBRID_EP_AT, Signature, github_blob
 
 _STACKS_FIX = ("find the rank that diverged: `diagnose RUN_FOLDER` on a run launched by this library reads "
                "every rank's stack (watchdog) and the flight recorder; the rank that is not in the same "
@@ -23,6 +23,21 @@ SIGNATURES = (
         emitted=("RuntimeError: DeepEP error: timeout (dispatch CPU)",), corpus_report="megatron-bridge-1335",
         confidence=0.85,
         rule="deepep-built-with-nvshmem", versions="DeepEP 1.x (deep_ep/buffer.py)"),
+    Signature(
+        id="deepep-v2-dispatch-cpu-wait-timeout", symptom="hang",
+        patterns=(r"Dispatch CPU wait exception \(\S+:\d+\): CPU side received count",),
+        cause="DeepEP V2's dispatch (ElasticBuffer, CPU-synchronised mode) waited longer than its CPU timeout for "
+              "the token counts of its peers: a peer rank did not reach the same dispatch (it diverged, stalled or "
+              "died), or the NCCL GIN / RDMA path is not delivering; the counts it did receive are printed after the "
+              "colon (one per scale-up rank, then per local expert).",
+        fix=_STACKS_FIX + "; a count that stays 0 names the peer that did not send; check the other ranks' logs for "
+            "their first error",
+        source=github_blob(DEEPEP_V2_AT, "csrc/elastic/buffer.hpp"),
+        emitted=("RuntimeError: Dispatch CPU wait exception (/opt/DeepEP/csrc/elastic/buffer.hpp:1063): CPU side "
+                 "received count (scaleup: 0): 128 0 # 64 64",),
+        quote='                    throw EPExceptionWithLineInfo("Dispatch CPU wait", get_buffer_info());',
+        quoted_at=f"{DEEPEP_V2_AT}:csrc/elastic/buffer.hpp:1063",
+        confidence=0.85, versions="DeepEP V2 (ElasticBuffer)"),
     Signature(
         id="deepep-rdma-counters-never-arrived", symptom="hang",
         patterns=(r"num_recv_tokens: -1, num_rdma_recv_tokens: -1",),

@@ -4,7 +4,7 @@ without FP8 Tensor Cores; NVSHMEM skips NICs that are not mlx5 devices (its IBGD
 
 from __future__ import annotations
 
-from .base import DEEPEP_AT, TE_AT, Signature, github_blob
+from .base import DEEPEP_AT, HYBRID_EP_AT, TE_AT, Signature, github_blob
 
 _FLEX = "installed:megatron/bridge/training/flex_dispatcher_backend.py"
 
@@ -117,4 +117,25 @@ SIGNATURES += (
         source=_NVSHMEM_IBGDA,
         emitted=("WARN: device roce_rail1 is not enumerated as an mlx5 device. Skipping...",),
         confidence=0.91, rule="deepep-built-with-nvshmem", versions="NVSHMEM 3.x (the installed wheel: 3.4.5)"),
+)
+
+SIGNATURES += (
+    Signature(
+        id="hybridep-fabric-memory-not-permitted", symptom="hardware",
+        patterns=(r"call='cuMem(?:Create|ExportToShareableHandle|ImportFromShareableHandle)\([^']*fabric[^']*'\s*"
+                  r"Reason=operation not permitted",),
+        cause="HybridEP allocates its buffers as CUDA fabric memory (CU_MEM_HANDLE_TYPE_FABRIC, the multi-node NVLink "
+              "handles of NVL72-class systems such as GB200 / GB300, which need an IMEX channel); this node's driver "
+              "did not permit it: the GPUs are not in a multi-node NVLink domain (HGX B200 / H100 / H200), or the "
+              "process has no IMEX channel.",
+        fix="on a node whose NVLink domain is the node itself, run HybridEP with USE_MNNVL=0 (its allocator then "
+            "uses cudaMalloc and CUDA IPC handles: csrc/hybrid_ep/allocator/allocator.cu reads it at start); on "
+            "NVL72 give the job an IMEX channel; `mbridge-ep-overlap doctor --smoke` tries HybridEP both ways and "
+            "says which works",
+        source=github_blob(HYBRID_EP_AT, "csrc/hybrid_ep/allocator/allocator.cu"),
+        emitted=("CU error encountered at: file=/opt/DeepEP/csrc/hybrid_ep/allocator/allocator.cu line=91, "
+                 "call='cuMemCreate(&handle, size, &fabric_prop_, 0)' Reason=operation not permitted.",),
+        quote="    CU_CHECK(cuMemCreate(&handle, size, &fabric_prop_, 0));",
+        quoted_at=f"{HYBRID_EP_AT}:csrc/hybrid_ep/allocator/allocator.cu:91",
+        confidence=0.85, versions="DeepEP hybrid-ep branch (HybridEP's ExtendedMemoryAllocator)"),
 )

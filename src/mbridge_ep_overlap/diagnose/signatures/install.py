@@ -103,6 +103,34 @@ SIGNATURES += (
         emitted=("/dvs/p4/build/sw/rel/gpgpu/toolkit/r13.0/main_nvshmem/src/modules/transport/ibgda/ibgda.cpp:2234: "
                  "NULL value Unable to create ah.",),
         confidence=0.6, rule="deepep-built-with-nvshmem", versions="NVSHMEM 3.x (the installed wheel: 3.4.5)"),
+    Signature(
+        id="nvshmem-ibgda-cpu-proxy-fallback", symptom="fallback",
+        patterns=(r"ibgda_alloc_and_map_qp_uar with GPU as handler failed\. We may need to enter the CPU fallback path",
+                  r"ibgda_nic_mem_gpu_map failed\. We may need to use the CPU fallback path",
+                  r"cudaHostRegister with IoMemory failed with error=\d+\. We may need to use a fallback path"),
+        cause="NVSHMEM's IBGDA transport could not map the NIC's doorbell and queue memory for the GPU, so the GPU "
+              "cannot ring the NIC itself and NVSHMEM goes on with its CPU-assisted path: DeepEP's internode and "
+              "low-latency RDMA traffic then runs far below the NICs' bandwidth (IBGDA is not fully enabled).",
+        fix="enable IBGDA on the nodes as DeepEP's third-party/README.md says (NVIDIA driver options "
+            "NVreg_EnableStreamMemOPs=1 NVreg_RegistryDwords=\"PeerMappingOverride=1;\", then reload the driver or "
+            "reboot), then rerun DeepEP's test_internode.py and compare its RDMA GB/s with the NICs' line rate",
+        source="installed:nvidia/nvshmem/lib/nvshmem_transport_ibgda.so.3",
+        emitted=("WARN: ibgda_alloc_and_map_qp_uar with GPU as handler failed. We may need to enter the CPU fallback path.",
+                 "WARN: cudaHostRegister with IoMemory failed with error=800. We may need to use a fallback path."),
+        confidence=0.7, rule="deepep-built-with-nvshmem", versions="NVSHMEM 3.x (the installed wheel: 3.4.5)"),
+    Signature(
+        id="nvshmem-ibgda-init-failed", symptom="install",
+        patterns=(r"transport\.cpp:nvshmemi_transport_init:\d+: init failed for transport: IBGDA",),
+        cause="NVSHMEM could not initialise its IBGDA transport (GPU-initiated RDMA over InfiniBand or RoCE, which "
+              "DeepEP's low-latency and internode kernels need on either fabric): the GPU driver is not set up for "
+              "IBGDA, or no NIC NVSHMEM can use was found.",
+        fix="enable IBGDA on the nodes as DeepEP's third-party/README.md says (NVIDIA driver options "
+            "NVreg_EnableStreamMemOPs=1 NVreg_RegistryDwords=\"PeerMappingOverride=1;\"), on RoCE as on InfiniBand; "
+            "NVSHMEM_DEBUG=INFO names the NIC and the step that failed",
+        source="installed:nvidia/nvshmem/lib/libnvshmem_host.so.3",
+        emitted=("/dvs/p4/build/sw/rel/gpgpu/toolkit/r13.0/main_nvshmem/src/host/transport/transport.cpp:"
+                 "nvshmemi_transport_init:282: init failed for transport: IBGDA",),
+        confidence=0.65, rule="deepep-built-with-nvshmem", versions="NVSHMEM 3.x (the installed wheel: 3.4.5)"),
 )
 
 SIGNATURES += (
