@@ -177,3 +177,43 @@ def test_te_gemm_size_curve_is_the_one_the_evidence_gives():
     for d, t, f in pts[:4]:
         groups = f / (2 * d ** 3)
         assert te_gemm_efficiency(f / groups) == pytest.approx(curve["e_max"] * (1 - math.exp(-d / curve["d0"])))
+
+
+def test_fp8_attention_factor_is_the_one_the_evidence_gives():
+    """hardware.json's fp8_attention time_factor re-derived from the 2026-12-02 1x H200 attention rows: FP8 over
+    BF16 seconds, summed over the shapes both ran, forward and backward; every FP8 row ran cuDNN's FP8 fused
+    attention (TE's sub-backend 2), never a fallback."""
+    evidence = Path(__file__).parents[2] / "docs/evidence/2026-12-02-h200x1-fp8-attention/attention.json"
+    data = json.loads(evidence.read_text())
+    assert data["device"]["capability"] == "9.0" and data["versions"]["transformer_engine"] == "2.18.0"
+    rows = [r for r in data["rows"] if r["status"] == "ok"]
+    key = lambda r: (r["model"], r["direction"])  # noqa: E731
+    bf16 = {key(r): r["seconds"] for r in rows if r["precision"] == "bf16"}
+    fp8 = {key(r): r["seconds"] for r in rows if r["precision"] == "fp8_delayed"}
+    assert all("FusedAttention backend (sub-backend 2)" in r["backend"] for r in rows if r["precision"] != "bf16")
+    both = sorted(set(bf16) & set(fp8))
+    assert len(both) == 4
+    factor = sum(fp8[k] for k in both) / sum(bf16[k] for k in both)
+    assert HW["fp8_attention"]["time_factor"] == pytest.approx(factor, abs=0.0005)
+    assert "h200" in HW["fp8_attention"]["gpus"]
+
+
+def test_fp8_attention_is_costed_where_measured_and_named_where_not():
+    h200, gb200 = Cluster(gpu="h200", num_gpus=64), Cluster(gpu="gb200", num_gpus=64)
+    cal = default_calibration()
+    plain, fp8 = _moe(gemm_precision="fp8_delayed"), _moe(gemm_precision="fp8_delayed", fp8_attention=True)
+    a, b = layer_costs(plain, h200, cal), layer_costs(fp8, h200, cal)
+    assert b.attn_f > a.attn_f and b.attn_b > a.attn_b  # slower on H200, as measured
+    assert layer_costs(_moe(gemm_precision="mxfp8", fp8_attention=True), gb200, cal).attn_f == \
+        layer_costs(_moe(gemm_precision="mxfp8"), gb200, cal).attn_f
+    cfg = _cfg(fp8_dot_product_attention=True)
+    cfg.mixed_precision = "bf16_with_mxfp8_mixed"
+    gb = for_config(cfg, NS(**{**vars(H100), "gpu_name": "NVIDIA GB200", "world_size": 16}))
+    assert gb.inputs.fp8_attention and any(line.startswith("fp8_dot_product_attention") for line in gb.not_modelled)
+    assert gb.confidence.startswith("low")
+    cfg = _cfg(fp8_dot_product_attention=True)
+    cfg.mixed_precision = "bf16_with_fp8_delayed_scaling_mixed"
+    hop = for_config(cfg, H100)
+    assert hop.inputs.fp8_attention and not any("fp8_dot_product_attention" in line for line in hop.not_modelled)
+    bf = for_config(_cfg(fp8_dot_product_attention=True), H100)  # no FP8 recipe: TE keeps attention in BF16
+    assert not bf.inputs.fp8_attention

@@ -16,8 +16,9 @@ Contract
   failure to predict (unknown GPU, a config the model does not cover - malformed or out-of-range
   values, sizes no run can have, arithmetic out of range -, a dispatcher without a bandwidth model)
   is ``CannotPredict`` with the reason, never another exception.
-* What the model does not represent (``unmodelled(cfg, inputs)``): CUDA graphs, the replay time of a
-  selectively recomputed "moe" or "gdn_norm_out" (the other modules' replay is costed), shared-expert overlap, BF16 first/last layers, TF32 GEMMs;
+* What the model does not represent (``unmodelled(cfg, inputs, gpu)``): CUDA graphs, the replay time of a
+  selectively recomputed "moe" or "gdn_norm_out" (the other modules' replay is costed), shared-expert overlap, BF16 first/last layers, TF32 GEMMs,
+  FP8 attention on a GPU kind whose FP8 attention was not measured (``hardware.json`` ``fp8_attention``);
   each is one "not modelled: ..." line of ``lines()`` and lowers ``confidence`` from "validated"
   (BF16 on the calibrated GPU kind, ``validation``'s check rows) to "provisional" (another GPU kind or
   an FP8-class precision whose efficiency is not yet measured) or "low" (anything not modelled).
@@ -40,7 +41,7 @@ from typing import Any, Iterable, Mapping
 
 from ..base.gpus import match
 from ..predict.cluster_calibration import SCALE_OUT, with_scale_out
-from ..predict.costs import REPLAYED_MODULES, Calibration, domain_size, hardware
+from ..predict.costs import REPLAYED_MODULES, Calibration, domain_size, fp8_attention, hardware
 from ..predict.inputs import Cluster, StepInputs
 from ..predict import memory
 from ..predict.costs import linear_rate
@@ -193,7 +194,7 @@ def for_config(cfg: Any, target: Any, *, precision: str | None = None, dispatche
         mem = memory.predict_memory(inputs, cluster, memory_options(cfg))
     except _CONFIG_ERRORS as e:
         mem_error = _first_line(e)
-    return ConfigPrediction(inputs, cluster, own, ranking, assumed, unmodelled(cfg, inputs), mem, mem_error)
+    return ConfigPrediction(inputs, cluster, own, ranking, assumed, unmodelled(cfg, inputs, cluster.gpu), mem, mem_error)
 
 
 def memory_for_config(cfg: Any, target: Any, *, precision: str | None = None) -> memory.MemoryPrediction:
@@ -224,8 +225,8 @@ def hybrid_layers(cfg: Any) -> str | None:
     return None
 
 
-def unmodelled(cfg: Any, inputs: StepInputs) -> tuple[str, ...]:
-    """What ``cfg`` uses that the model does not represent (module docstring), one line each."""
+def unmodelled(cfg: Any, inputs: StepInputs, gpu: str | None = None) -> tuple[str, ...]:
+    """What ``cfg`` uses that the model does not represent on ``gpu`` (module docstring), one line each."""
     model = getattr(cfg, "model", None)
     get = lambda name, default=None: getattr(model, name, default)  # noqa: E731
     out = []
@@ -245,6 +246,10 @@ def unmodelled(cfg: Any, inputs: StepInputs) -> tuple[str, ...]:
                    f"{inputs.gemm_precision})")
     if inputs.gemm_precision == "fp32":
         out.append("FP32 (TF32) GEMMs: taken at the BF16 rate")
+    measured = fp8_attention()
+    if inputs.fp8_attention and gpu not in measured["gpus"]:
+        out.append(f"fp8_dot_product_attention: FP8 core attention taken at the BF16 rate (its speed is measured on "
+                   f"{', '.join(measured['gpus'])} only, {measured['time_factor']:.2f}x the BF16 time there)")
     if get("moe_expert_capacity_factor") is not None:
         out.append(f"moe_expert_capacity_factor={get('moe_expert_capacity_factor')}: token dropping and padding "
                    "(routing is taken as balanced)")

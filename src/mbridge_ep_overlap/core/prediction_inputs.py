@@ -37,6 +37,7 @@ MODEL_FIELDS = (
     "window_size", "window_attn_skip_freq", "delay_wgrad_compute", "recompute_modules",
     "use_transformer_engine_op_fuser", "gated_linear_unit", "bias_activation_fusion", "activation_func_clamp_value",
     "moe_mlp_glu_interleave_size", "use_te_activation_func", "add_bias_linear", "moe_router_dtype",
+    "fp8_dot_product_attention",
 )
 TRAIN_FIELDS = ("micro_batch_size", "global_batch_size")
 

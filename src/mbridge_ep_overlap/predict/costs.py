@@ -128,6 +128,12 @@ def hardware() -> dict[str, Any]:
     return _load_json("hardware.json")
 
 
+def fp8_attention() -> dict[str, Any]:
+    """``hardware.json`` ``fp8_attention``: the GPU kinds whose FP8 fused attention was measured and its time
+    relative to BF16 fused attention there (``time_factor``)."""
+    return hardware()["fp8_attention"]
+
+
 def linear_rate(inputs: StepInputs, cluster: Cluster) -> Rate:
     """The rate of the config's linear-layer GEMMs on the cluster's GPU (``precision.gemm_rate``)."""
     return gemm_rate(gpu_spec(cluster.gpu), inputs.gemm_precision, hardware()["precisions"])
@@ -419,6 +425,11 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
     else:
         attn_core_f = core / (peak * cal.attention_efficiency_te * spec.get("attention_speedup", 1.0))
         attn_core_b = _BWD_ATTN["transformer_engine"] * attn_core_f
+        if i.fp8_attention and cluster.gpu in fp8_attention()["gpus"]:
+            # FP8 fused attention measured against BF16 on the GPU kind that runs it (fp8_attention(), the
+            # quantization of Q, K, V, O and dO included); elsewhere taken at the BF16 rate and said so
+            attn_core_f *= fp8_attention()["time_factor"]
+            attn_core_b *= fp8_attention()["time_factor"]
     grad_acc = _PASSES["grad_accum_bytes_per_param_local"] if impl == "local" else 0.0
 
     # router + shared expert + permutation live in the attention node (pre_dispatch_computation)

@@ -249,6 +249,9 @@ class StepInputs:
     glu_clamp: bool = False  # activation_func_clamp_value: two clamps + a cat before the fused GLU kernel
     expert_fc2_bias: bool = False  # add_bias_linear: the FC2 bias added per local expert, t + b * p and a cat
     router_probs_bytes: int = 2  # bytes per routing probability (moe_router_dtype; None: the activations')
+    # MCore fp8_dot_product_attention under an FP8-class GEMM precision: TE runs core attention in FP8
+    # (TE 2.18 DotProductAttention: delayed-scaling FP8 on Hopper, MXFP8 on Blackwell under an MXFP8 recipe)
+    fp8_attention: bool = False
     defaults_used: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -427,6 +430,7 @@ class StepInputs:
             recompute_modules=selective,
             glu_clamp=glu_clamp, expert_fc2_bias=bool(unfused and s.get("add_bias_linear")),
             router_probs_bytes=router_bytes,
+            fp8_attention=bool(s.get("fp8_dot_product_attention")) and str(gemm) not in ("bf16", "fp16", "fp32"),
             defaults_used=tuple(dict.fromkeys(used)),
         )
 
