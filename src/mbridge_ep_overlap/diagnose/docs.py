@@ -14,7 +14,8 @@ its ``labels.tsv`` says which top cause names the thread's cause) and on the sec
 (``failure_reports_unseen2``: what was named before the raise-frame and native-check readers, what is
 named now, computed, and the judged hit) and on the third (``failure_reports_unseen3``, the same columns: before
 the Transformer Engine, NVSHMEM and build signatures written from it) and on the fourth (``failure_reports_unseen4``,
-*before* measured blind, with its judged hit in a ``hit_before`` column). A corpus label ``upstream-check:FILE``
+*before* measured blind, with its judged hit in a ``hit_before`` column) and the fifth (``failure_reports_unseen5``,
+the same). A corpus label ``upstream-check:FILE``
 is met by the general upstream-check finding for a check in FILE (``upstream-check:FILE:LINE``: the line
 follows the installed version). The corpus folder is found beside this checkout
 (``tests/unit/fixtures/failure_reports``, labels in ``tests/unit/fixtures/corpus_causes.tsv``) or given.
@@ -40,9 +41,10 @@ UNSEEN = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen"
 UNSEEN2 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen2"
 UNSEEN3 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen3"
 UNSEEN4 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen4"
+UNSEEN5 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen5"
 READ_FROM = "2026-12-02"
-"""From this date on the developer has read the holdout, unseen, unseen2, unseen3 and unseen4 reports: their rates
-are no longer blind (unseen4's *before* column is: it was measured before the set was read)."""
+"""From this date on the developer has read the holdout and every unseen set: their rates are no longer blind
+(unseen4's and unseen5's *before* columns are: each was measured before its set was read)."""
 HEADER = ("<!-- Generated from the code by `python -m mbridge_ep_overlap.tools.gen_docs --write`: "
           "do not edit by hand. -->\n\n")
 
@@ -162,6 +164,11 @@ LABELLED_SETS = {
                            "start, the `else` of an if / elif chain requires one of the chain's tests, a frame whose "
                            "message no installed check raises is named with lower confidence, glibc's failed C "
                            "`assert`)", blind=True),
+    "unseen5": LabelledSet("unseen5", "Fifth set collected apart from the signatures",
+                           "blind, on main c3742ad, before the set was read; then NVSHMEM's, HybridEP's and DeepEP "
+                           "V2's error formats were read as native checks (with the HybridEP fabric-memory, NVSHMEM "
+                           "IBGDA and CPU-proxy signatures), and readers of Transformer Engine's attention-backend "
+                           "lines and of an `AttributeError` against the installed source were added", blind=True),
 }
 
 
@@ -215,7 +222,7 @@ def render(folder: Path = CORPUS, label_file: Path = LABELS) -> str:
 
 
 def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN, unseen2: Path = UNSEEN2,
-         unseen3: Path = UNSEEN3, unseen4: Path = UNSEEN4) -> str:
+         unseen3: Path = UNSEEN3, unseen4: Path = UNSEEN4, unseen5: Path = UNSEEN5) -> str:
     sigs = all_signatures()
     out = ["# Troubleshooting EP overlap: symptom -> cause -> fix", "",
            "`mbridge-ep-overlap diagnose PATH...` (a log, a run folder, Slurm output, or `-` for a pasted log) "
@@ -268,7 +275,7 @@ def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN
                            f"{'yes' if r.hit else 'no'} |")
         out.append("")
     for path, labelled in ((unseen2, LABELLED_SETS["unseen2"]), (unseen3, LABELLED_SETS["unseen3"]),
-                           (unseen4, LABELLED_SETS["unseen4"])):
+                           (unseen4, LABELLED_SETS["unseen4"]), (unseen5, LABELLED_SETS["unseen5"])):
         if path.is_dir():
             out += _labelled_section(path, labelled)
     return "\n".join(out)
