@@ -17,7 +17,9 @@ signature names are looked up in the installed Megatron-Core / Megatron-Bridge s
 frame (``raise_frames``; an ``assert`` line of another package by that line), and a fallback warning of
 that source no hand-written signature names is found there too (``upstream_fallbacks``); a failed
 C++/CUDA check of Transformer Engine, DeepEP or torch's NCCL wrapper is named from the line its macro
-prints (``native_checks``). A NaN/Inf found by MCore names the rank and iteration.
+prints (``native_checks``). Transformer Engine's attention-backend lines say when it ran attention unfused, found
+no backend, or disabled the FP8 attention asked for, with the reasons it logged (``attention_backends``). A NaN/Inf
+found by MCore names the rank and iteration.
 Findings are ranked: specific before generic, then by confidence, then by how many lines matched.
 Two or more PATHs that each hold iteration lines are also compared as runs (first = reference): a
 candidate not faster than the reference is a no-speed-up finding, with the reasons the facts give;
@@ -36,7 +38,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import collective_stacks, crashes, flight_recorder, memory, native_checks, prediction, schedule, timeouts, upstream_checks, upstream_fallbacks
+from . import (attention_backends, collective_stacks, crashes, flight_recorder, memory, native_checks, prediction, schedule,
+               timeouts, upstream_checks, upstream_fallbacks)
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -71,6 +74,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     timed_out = timeouts.TimeoutLines()
     fell_back = upstream_fallbacks.FallbackLines()
     out_of_memory = memory.OutOfMemory()
+    attention = attention_backends.AttentionBackends()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -93,6 +97,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             timed_out.feed(text, where)
             fell_back.feed(text, where)
             out_of_memory.feed(text, where)
+            attention.feed(text, where, rank)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -111,6 +116,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
         diagnosis.read.append(f"faulthandler output of rank(s) {', '.join(sorted(str(s.rank) for s in ev.faulthandler))}")
 
     _numerics(series, finding)
+    _attention(attention, findings)
     _native(natives, ev, findings)
     _upstream(raised, findings)
     _fallbacks(fell_back, findings)
@@ -160,6 +166,13 @@ def _numerics(series: IterationSeries, finding) -> None:
     for a in series.anomalies:
         if a.kind in ("non-finite-loss", "nan-iterations", "grad-norm-blowup", "loss-spike"):
             finding(a.kind).add(f"{a.where}: iteration {a.iteration}: {a.detail}")
+
+
+def _attention(attention: attention_backends.AttentionBackends, findings: dict[str, Finding]) -> None:
+    """Transformer Engine's attention-backend choice: unfused attention, no backend at all, FP8 attention disabled
+    (read before the upstream checks, so that TE's no-backend ValueError is not looked up in MCore's source)."""
+    for f in attention_backends.findings(attention):
+        findings.setdefault(f.signature.id, f)
 
 
 def _upstream(raised: upstream_checks.RaisedErrors, findings: dict[str, Finding]) -> None:

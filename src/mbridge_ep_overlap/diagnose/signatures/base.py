@@ -40,7 +40,7 @@ def github_blob(at: str, path: str) -> str:
 
 
 FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "crash", "runs", "upstream-source",
-            "native-check", "traceback")
+            "native-check", "traceback", "attention-backend")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,7 +84,8 @@ class Signature:
     "runs" (two runs' step times compared), "upstream-source" (an error's message found in the installed
     Megatron-Core / Megatron-Bridge source, ``diagnose.upstream_checks``), "native-check" (the line a
     C++/CUDA check macro of Transformer Engine, DeepEP or torch's NCCL wrapper prints, ``diagnose.native_checks``),
-    "traceback" (the ``assert`` line a traceback's innermost frame prints, ``diagnose.raise_frames``)."""
+    "traceback" (the ``assert`` line a traceback's innermost frame prints, ``diagnose.raise_frames``),
+    "attention-backend" (Transformer Engine's attention-backend choice and its reasons, ``diagnose.attention_backends``)."""
     facts_pass: Callable[[dict], bool | None] | None = field(default=None, compare=False)
     """From a rank's effective facts (``base.run_files.FACT_KEYS``): False when they show this failure's
     condition (which is then what ``rule`` refuses), True when they rule it out, None where they do not say.

@@ -2,7 +2,9 @@
 validation errors that an EP-overlap configuration meets at finalize. Each names the rule of this
 library that refuses the same configuration before the run (``plan``, ``enable_ep_overlap``).
 ``UPSTREAM_CHECK`` is the row of the general case: any Megatron-Core / Megatron-Bridge check, named by
-finding its message in the installed source (``diagnose.upstream_checks`` makes one per check found)."""
+finding its message in the installed source (``diagnose.upstream_checks`` makes one per check found).
+``TE_NO_ATTENTION_BACKEND`` is Transformer Engine's error when it disables every attention backend
+(``diagnose.attention_backends`` names the reasons its log gives)."""
 
 from __future__ import annotations
 
@@ -59,10 +61,33 @@ FAILED_ASSERT = Signature(
     versions="the package's own source line as the traceback prints it (that package's version need not be "
              "installed here)")
 
+_TE_V2_1 = "NVIDIA/TransformerEngine@450146ae6a16e3aa220fa7089c6193458e8f8dca"
+"""Transformer Engine v2.1, whose no-backend error is the older 'No dot product attention support' wording."""
+
+TE_NO_ATTENTION_BACKEND = Signature(
+    id="te-no-attention-backend", symptom="config-error", patterns=(),
+    cause="Transformer Engine disabled every attention backend (FlashAttention, FusedAttention, "
+          "UnfusedDotProductAttention) for the run's inputs and raised 'No dot product attention backend is available "
+          "for the provided inputs': each backend's reason is in the log at NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2.",
+    fix="give one backend an input it supports, as its reason says; with no reasons in the log, rerun with NVTE_DEBUG=1 "
+        "NVTE_DEBUG_LEVEL=2; a Megatron-Core attention_backend other than auto switches the other backends off "
+        "(NVTE_*_ATTN=0)",
+    source=github_blob(TE_AT, "transformer_engine/pytorch/attention/dot_product_attention/dot_product_attention.py")
+    + "#L1687-L1693",
+    emitted=("ValueError: No dot product attention backend is available for the provided inputs. Please run with "
+             "NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 to find out the reasons for disabling all backends.",
+             "ValueError: No dot product attention support for the provided inputs!"),
+    confidence=0.95, found_by="attention-backend",
+    excerpts=(f"{TE_AT}:transformer_engine/pytorch/attention/dot_product_attention/dot_product_attention.py:1687-1693",
+              f"{_TE_V2_1}:transformer_engine/pytorch/attention.py:7736-7736"),
+    versions="'No dot product attention backend is available ...': Transformer Engine 2.2 to 2.18; 'No dot product "
+             "attention support for the provided inputs!': 1.12 to 2.1 (1.9 to 1.11 raise it as a plain Exception)")
+
 SIGNATURES = (
     UPSTREAM_CHECK,
     NATIVE_CHECK,
     FAILED_ASSERT,
+    TE_NO_ATTENTION_BACKEND,
     _assert("overlap-needs-expert-parallel",
             "overlap_moe_expert_parallel_comm is only supported with expert model parallelism",
             "EP overlap was switched on with expert_model_parallel_size == 1: there is no all-to-all to hide.",
