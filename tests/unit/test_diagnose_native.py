@@ -237,9 +237,20 @@ def test_nvshmem_chain_names_the_first_line_first():
                               "bootstrap allgather failed")
             + nvshmem_error_jmp("/b/nvshmem/src/host/init/init.cu", 420, "non-zero status: 7",
                                 "nvshmem bootstrap failed"))
-    ids = [f.signature.id for f in run(text).findings]
-    assert ids[:2] == ["native-check:nvshmem:src/modules/bootstrap/uid/bootstrap_uid.cpp:301",
-                       "native-check:nvshmem:src/host/init/init.cu:420"]
+    found = run(text).findings
+    assert [f.signature.id for f in found][:2] == ["native-check:nvshmem:src/modules/bootstrap/uid/bootstrap_uid.cpp:301",
+                                                    "native-check:nvshmem:src/host/init/init.cu:420"]
+    assert found[1].signature.confidence == native_checks.FOLLOW_CONFIDENCE < found[0].signature.confidence
+
+
+def test_an_nvshmem_line_after_one_a_signature_names_follows_from_it():
+    text = (nvshmem_error_jmp("/b/main_nvshmem/src/modules/transport/ibgda/ibgda.cpp", 2234, "NULL value",
+                              "Unable to create ah.")
+            + nvshmem_error_jmp("/b/main_nvshmem/src/host/transport/transport.cpp", 420, "non-zero status: 7",
+                                "connect EPS failed"))
+    found = run(text).findings
+    assert found[0].signature.id == "nvshmem-ibgda-transport-failed"
+    assert found[1].signature.confidence == native_checks.FOLLOW_CONFIDENCE
 
 
 def test_a_path_that_is_not_nvshmem_is_not_read_as_nvshmem():

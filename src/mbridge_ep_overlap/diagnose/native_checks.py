@@ -21,7 +21,8 @@ Contract
 - NVSHMEM's error macros (``src/include/non_abi/nvshmemx_error.h``), on a path that is NVSHMEM's:
   ``NVSHMEMI_ERROR_PRINT`` ``FILE:FUNCTION:LINE: MESSAGE`` and the ``*_ERROR_JMP`` family ``FILE:LINE:
   non-zero status: N MESSAGE`` / ``error status: N MESSAGE`` / ``NULL value MESSAGE``; NVSHMEM prints one
-  such line per function the error passes through, so the first is where it began;
+  such line per function the error passes through, so the first is where it began and the later ones are
+  named at ``FOLLOW_CONFIDENCE`` (also when a signature names the first);
 - torch's ``C10D_NCCL_CHECK`` (``torch/csrc/distributed/c10d/NCCLUtils.hpp``) around an NCCL call:
   ``NCCL error in: FILE:LINE, NCCL_ERROR_STRING, NCCL version X``;
 - a C ``assert`` in any native code (glibc's ``__assert_fail``): ``PROGRAM: FILE:LINE: FUNCTION: Assertion
@@ -208,8 +209,17 @@ class NativeChecks:
             self.checks.append((c, where, text.strip()))
 
 
-def findings(checks: list[tuple[NativeCheck, str, str]], facts: dict[str, dict]) -> list[Finding]:
+FOLLOW_CONFIDENCE = 0.45
+"""An NVSHMEM error line after the first one: NVSHMEM prints one per function the error passes through, so it
+follows from the first (named above it, by this reader or by a signature)."""
+
+
+def findings(checks: list[tuple[NativeCheck, str, str]], facts: dict[str, dict],
+             chain_named: tuple[str, ...] = ()) -> list[Finding]:
+    """One finding per check (module docstring); ``chain_named``: the libraries whose first error line of a
+    chain a signature already names, so that their lines here follow from it."""
     out = []
+    seen_first = set(chain_named)
     for c, where, line in checks:
         version = _version(c, facts)
         in_fn = f" in function {c.function}" if c.function else ""
@@ -222,6 +232,11 @@ def findings(checks: list[tuple[NativeCheck, str, str]], facts: dict[str, dict])
             fix=f"{told}the check in {c.library} {c.where} requires {c.requires}: change what the run passes it, or use "
                 f"a {c.library} release whose check accepts it; the run's version: {version}",
             source=f"{c.library}:{c.where}", emitted=(line,), versions=version)
+        if c.library == "nvshmem":
+            if c.library in seen_first:
+                sig = dataclasses.replace(sig, confidence=FOLLOW_CONFIDENCE,
+                                          cause=sig.cause + " It follows from the first NVSHMEM error of the log.")
+            seen_first.add(c.library)
         f = Finding(sig)
         f.add(f"{where}: {line[:300]}")
         f.detail.append(f"native check: {c.library} {c.where}{in_fn}: {c.macro}, requires {c.requires}"
