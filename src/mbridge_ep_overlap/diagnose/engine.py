@@ -14,10 +14,12 @@ says which MoE layer each rank was last in when a watchdog event carries it, and
 the evidence otherwise. ``AssertionError`` / ``ValueError`` / ``RuntimeError`` lines no hand-written
 signature names are looked up in the installed Megatron-Core / Megatron-Bridge source
 (``upstream_checks``), by their message or, when the log has none, by the traceback's innermost ``raise``
-frame (``raise_frames``; an ``assert`` line of another package by that line), and a fallback warning of
+frame (``raise_frames``; an ``assert`` line of another package by that line); an ``AttributeError`` on a class
+or module of that source says who sets the attribute and what reads it first (``attribute_errors``: an
+initialisation-order chain, or a name the installed version lacks); a fallback warning of
 that source no hand-written signature names is found there too (``upstream_fallbacks``); a failed
-C++/CUDA check of Transformer Engine, DeepEP or torch's NCCL wrapper is named from the line its macro
-prints (``native_checks``). Transformer Engine's attention-backend lines say when it ran attention unfused, found
+C++/CUDA check of Transformer Engine, DeepEP (V1 and V2), HybridEP, NVSHMEM or torch's NCCL wrapper is named
+from the line its macro prints (``native_checks``). Transformer Engine's attention-backend lines say when it ran attention unfused, found
 no backend, or disabled the FP8 attention asked for, with the reasons it logged (``attention_backends``). A NaN/Inf
 found by MCore names the rank and iteration.
 Findings are ranked: specific before generic, then by confidence, then by how many lines matched.
@@ -38,7 +40,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import (attention_backends, collective_stacks, crashes, flight_recorder, memory, native_checks, prediction, schedule,
+from . import (attention_backends, attribute_errors, collective_stacks, crashes, flight_recorder, memory, native_checks, prediction, schedule,
                timeouts, upstream_checks, upstream_fallbacks)
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
@@ -69,6 +71,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     combined = re.compile("|".join(f"(?:{p})" for s in patterned for p in s.patterns))
     series = IterationSeries()
     raised = upstream_checks.RaisedErrors()
+    missing_attrs = attribute_errors.AttributeErrors()
     natives = native_checks.NativeChecks()
     stacks = collective_stacks.CollectiveStacks()
     timed_out = timeouts.TimeoutLines()
@@ -92,6 +95,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
                         finding(s.id).add(f"{where}: {shown}")
             series.feed(text, where)
             raised.feed(text, where)
+            missing_attrs.feed(text, where)
             natives.feed(text, where)
             stacks.feed(text, where)
             timed_out.feed(text, where)
@@ -119,6 +123,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _attention(attention, findings)
     _native(natives, ev, findings)
     _upstream(raised, findings)
+    _attribute_errors(missing_attrs, findings)
     _fallbacks(fell_back, findings)
     _crashes(crash_text, finding)
     _facts(ev, sigs, finding, diagnosis)
@@ -180,6 +185,14 @@ def _upstream(raised: upstream_checks.RaisedErrors, findings: dict[str, Finding]
     named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
     fresh = [e for e in raised.errors if not any(e.message[:120] in line for line in named)]
     for f in upstream_checks.findings(fresh):
+        findings.setdefault(f.signature.id, f)
+
+
+def _attribute_errors(missing: attribute_errors.AttributeErrors, findings: dict[str, Finding]) -> None:
+    """The AttributeErrors on a class or module of the installed MCore / MB source no hand-written signature names."""
+    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
+    fresh = [e for e in missing.errors if not any(e.line[:120] in line for line in named)]
+    for f in attribute_errors.findings(fresh):
         findings.setdefault(f.signature.id, f)
 
 

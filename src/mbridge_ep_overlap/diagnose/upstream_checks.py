@@ -13,7 +13,8 @@ named: a signature made from the ``upstream-check`` row (``signatures.config_err
 of this library that mirrors that check (its ``upstream_match`` matches the message) when one does,
 else the check itself. A message that is not in the installed source word for word (reworded, or from
 another version) names the nearest check with a lower confidence and says so. A traceback with no
-message (a bare exception, or a log cut after its frames; ``finish`` closes one), or whose message is
+message (a bare exception, or a log cut after its frames; ``finish`` closes one; a traceback that ends in an
+exception of another kind, an ``AttributeError`` raised on an ``assert`` line, is dropped), or whose message is
 in no check, is named from its innermost ``raise`` / ``assert`` frame when that is in megatron/core or
 megatron/bridge (``raise_frames``); an ``AssertionError`` whose innermost frame is an ``assert`` line of any
 other package is named from that line (``raise_frames.named_assert``).
@@ -31,6 +32,8 @@ from .signatures.config_error import UPSTREAM_CHECK
 
 ERROR_LINE = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s*)*(?:[\w.]+\.)?(AssertionError|ValueError|RuntimeError|"
                         r"TypeError|NotImplementedError): (.{8,})$")
+OTHER_ERROR = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s*)*(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Interrupt))(?::|$)")
+"""An exception line that ends a traceback: one of a kind not read here (an ``AttributeError``) closes it unkept."""
 FRAME = re.compile(r'^(?:\[(?:rank|default)\d+\]:\s*)*\s*File "([^"]+)", line (\d+), in (\S+)')
 PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:)+")
 RAISE_LINE = re.compile(r"^(?:raise\s+(?:[\w.]+\.)?(\w+)\b|assert\b)")
@@ -99,6 +102,8 @@ class RaisedErrors:
             self._where = where
         elif m := ERROR_LINE.match(text.strip()):
             self._keep(m.group(1), m.group(2).strip(), where)
+        elif (m := OTHER_ERROR.match(text.strip())) and m.group(1) not in upstream_source.RAISED:
+            self._frames, self._code = [], []  # that error is another reader's (its innermost line is no failed check)
         elif self._frames:
             code = PREFIX.sub("", text).strip()
             if code and not self._code[-1] and not set(code) <= set("^~ "):

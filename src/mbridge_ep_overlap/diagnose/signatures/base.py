@@ -40,7 +40,8 @@ def github_blob(at: str, path: str) -> str:
 
 
 FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "crash", "runs", "upstream-source",
-            "native-check", "traceback", "attention-backend")
+            "native-check", "traceback", "attention-backend",
+            "attribute-error")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,7 +86,9 @@ class Signature:
     Megatron-Core / Megatron-Bridge source, ``diagnose.upstream_checks``), "native-check" (the line a
     C++/CUDA check macro of Transformer Engine, DeepEP or torch's NCCL wrapper prints, ``diagnose.native_checks``),
     "traceback" (the ``assert`` line a traceback's innermost frame prints, ``diagnose.raise_frames``),
-    "attention-backend" (Transformer Engine's attention-backend choice and its reasons, ``diagnose.attention_backends``)."""
+    "attention-backend" (Transformer Engine's attention-backend choice and its reasons, ``diagnose.attention_backends``),
+    "attribute-error" (an ``AttributeError`` on a Megatron-Core / Megatron-Bridge class or module, read against the
+    installed source: who sets the attribute, and what reads it first, ``diagnose.attribute_errors``)."""
     facts_pass: Callable[[dict], bool | None] | None = field(default=None, compare=False)
     """From a rank's effective facts (``base.run_files.FACT_KEYS``): False when they show this failure's
     condition (which is then what ``rule`` refuses), True when they rule it out, None where they do not say.

@@ -2,7 +2,8 @@
 validation errors that an EP-overlap configuration meets at finalize. Each names the rule of this
 library that refuses the same configuration before the run (``plan``, ``enable_ep_overlap``).
 ``UPSTREAM_CHECK`` is the row of the general case: any Megatron-Core / Megatron-Bridge check, named by
-finding its message in the installed source (``diagnose.upstream_checks`` makes one per check found).
+finding its message in the installed source (``diagnose.upstream_checks`` makes one per check found);
+``ATTRIBUTE_ERROR`` the row of an AttributeError on a class or module of that source (``diagnose.attribute_errors``).
 ``TE_NO_ATTENTION_BACKEND`` is Transformer Engine's error when it disables every attention backend
 (``diagnose.attention_backends`` names the reasons its log gives)."""
 
@@ -83,11 +84,26 @@ TE_NO_ATTENTION_BACKEND = Signature(
     versions="'No dot product attention backend is available ...': Transformer Engine 2.2 to 2.18; 'No dot product "
              "attention support for the provided inputs!': 1.12 to 2.1 (1.9 to 1.11 raise it as a plain Exception)")
 
+ATTRIBUTE_ERROR = Signature(
+    id="attribute-error", symptom="config-error", patterns=(),
+    cause="An AttributeError on a Megatron-Core / Megatron-Bridge class or module ('CLASS' object has no attribute "
+          "'ATTR'): read against the installed source, either the class sets the attribute in __init__ after a "
+          "method that reads it has already run during construction (an initialisation-order bug, the chain of "
+          "calls and the if tests that take it), or nothing in the installed version sets it (renamed or removed: "
+          "code written for another version reads it).",
+    fix="for an initialisation-order bug, avoid the configuration its if tests name, or a release that sets the "
+        "attribute first; for a name the installed version lacks, the release the reading code was written for",
+    source="installed:mbridge_ep_overlap/diagnose/attribute_errors.py", emitted=(), confidence=0.6,
+    found_by="attribute-error",
+    versions="the installed megatron-core / megatron-bridge (its classes read from the source): 60% with the "
+             "chain found, 40% otherwise")
+
 SIGNATURES = (
     UPSTREAM_CHECK,
     NATIVE_CHECK,
     FAILED_ASSERT,
     TE_NO_ATTENTION_BACKEND,
+    ATTRIBUTE_ERROR,
     _assert("overlap-needs-expert-parallel",
             "overlap_moe_expert_parallel_comm is only supported with expert model parallelism",
             "EP overlap was switched on with expert_model_parallel_size == 1: there is no all-to-all to hide.",
