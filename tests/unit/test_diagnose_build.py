@@ -82,6 +82,27 @@ def test_loader_missing_library_names_the_library(lib):
     assert BY_ID[sig_id].emitted[0].replace(lib.soname_example, missing) == text
 
 
+@pytest.mark.parametrize("lib", [lib for lib in LIBRARIES if lib.sonames], ids=lambda lib: lib.key)
+def test_linker_missing_library_names_the_library(lib, tmp_path):
+    """GNU ld's own words for a library it cannot find, in both spellings (-l:FILE and -lNAME)."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler on this machine to link with")
+    (tmp_path / "t.c").write_text("int main(void) { return 0; }\n")
+    unversioned = lib.soname_example.rsplit(".so", 1)[0] + ".so"
+    name = unversioned.removeprefix("lib").removesuffix(".so")
+    sig_id = f"{lib.key}-link-library-not-found"
+    for flag in (f"-l:{unversioned}", f"-l{name}"):
+        done = subprocess.run([cc, str(tmp_path / "t.c"), flag, "-o", str(tmp_path / "t")], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode != 0
+        line = next(x for x in done.stderr.splitlines() if "cannot find" in x)
+        assert claimed(line) == [sig_id], (flag, line)
+        assert top(done.stderr) == sig_id
+    assert BY_ID[sig_id].emitted[0].endswith(f"cannot find -l:{unversioned}: No such file or directory")
+    assert claimed(f"/usr/bin/ld: cannot find -l{name}extra: No such file or directory") == []
+
+
 @pytest.mark.parametrize("lib", [lib for lib in LIBRARIES if lib.symbols], ids=lambda lib: lib.key)
 def test_loader_undefined_symbol_names_the_library(lib, tmp_path):
     """An extension linked against a symbol of the library that the process does not have: built here with the
@@ -193,6 +214,7 @@ def test_nvshmem_skipped_nic_text_is_in_the_installed_transport():
 def test_every_triggered_signature_is_triggered_here():
     covered = ({f"{lib.key}-header-not-found" for lib in LIBRARIES}
                | {f"{lib.key}-library-not-found" for lib in LIBRARIES if lib.sonames}
+               | {f"{lib.key}-link-library-not-found" for lib in LIBRARIES if lib.sonames}
                | {f"{lib.key}-symbol-not-found" for lib in LIBRARIES if lib.symbols}
                | {"kernels-not-built-for-this-gpu", "cuda-toolkit-major-differs-from-torch", "cuda-toolkit-not-found",
                   "cutlass-headers-missing", "nvshmem-headers-need-relocatable-device-code"})

@@ -14,8 +14,9 @@ its ``labels.tsv`` says which top cause names the thread's cause) and on the sec
 (``failure_reports_unseen2``: what was named before the raise-frame and native-check readers, what is
 named now, computed, and the judged hit) and on the third (``failure_reports_unseen3``, the same columns: before
 the Transformer Engine, NVSHMEM and build signatures written from it) and on the fourth (``failure_reports_unseen4``,
-*before* measured blind, with its judged hit in a ``hit_before`` column) and the fifth (``failure_reports_unseen5``,
-the same). A corpus label ``upstream-check:FILE``
+*before* measured blind, with its judged hit in a ``hit_before`` column), the fifth and the sixth
+(``failure_reports_unseen5``,
+``failure_reports_unseen6``, the same). A corpus label ``upstream-check:FILE``
 is met by the general upstream-check finding for a check in FILE (``upstream-check:FILE:LINE``: the line
 follows the installed version). The corpus folder is found beside this checkout
 (``tests/unit/fixtures/failure_reports``, labels in ``tests/unit/fixtures/corpus_causes.tsv``) or given.
@@ -42,9 +43,10 @@ UNSEEN2 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen2"
 UNSEEN3 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen3"
 UNSEEN4 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen4"
 UNSEEN5 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen5"
+UNSEEN6 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen6"
 READ_FROM = "2026-12-02"
 """From this date on the developer has read the holdout and every unseen set: their rates are no longer blind
-(unseen4's and unseen5's *before* columns are: each was measured before its set was read)."""
+(unseen4's, unseen5's and unseen6's *before* columns are: each was measured before its set was read)."""
 HEADER = ("<!-- Generated from the code by `python -m mbridge_ep_overlap.tools.gen_docs --write`: "
           "do not edit by hand. -->\n\n")
 
@@ -169,6 +171,11 @@ LABELLED_SETS = {
                            "V2's error formats were read as native checks (with the HybridEP fabric-memory, NVSHMEM "
                            "IBGDA and CPU-proxy signatures), and readers of Transformer Engine's attention-backend "
                            "lines and of an `AttributeError` against the installed source were added", blind=True),
+    "unseen6": LabelledSet("unseen6", "Sixth set collected apart from the signatures",
+                           "blind, on main fcb7913 (with the readers added after the fifth set), before the set was "
+                           "read; then GNU ld's missing-library error, a re-quoted duplicate-symbol line, Transformer "
+                           "Engine's FP8 leading-dimension check and AttributeErrors across a package boundary were "
+                           "added", blind=True),
 }
 
 
@@ -222,7 +229,8 @@ def render(folder: Path = CORPUS, label_file: Path = LABELS) -> str:
 
 
 def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN, unseen2: Path = UNSEEN2,
-         unseen3: Path = UNSEEN3, unseen4: Path = UNSEEN4, unseen5: Path = UNSEEN5) -> str:
+         unseen3: Path = UNSEEN3, unseen4: Path = UNSEEN4, unseen5: Path = UNSEEN5,
+         unseen6: Path = UNSEEN6) -> str:
     sigs = all_signatures()
     out = ["# Troubleshooting EP overlap: symptom -> cause -> fix", "",
            "`mbridge-ep-overlap diagnose PATH...` (a log, a run folder, Slurm output, or `-` for a pasted log) "
@@ -275,7 +283,8 @@ def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN
                            f"{'yes' if r.hit else 'no'} |")
         out.append("")
     for path, labelled in ((unseen2, LABELLED_SETS["unseen2"]), (unseen3, LABELLED_SETS["unseen3"]),
-                           (unseen4, LABELLED_SETS["unseen4"]), (unseen5, LABELLED_SETS["unseen5"])):
+                           (unseen4, LABELLED_SETS["unseen4"]), (unseen5, LABELLED_SETS["unseen5"]),
+                           (unseen6, LABELLED_SETS["unseen6"])):
         if path.is_dir():
             out += _labelled_section(path, labelled)
     return "\n".join(out)

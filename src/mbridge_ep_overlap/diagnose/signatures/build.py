@@ -4,7 +4,7 @@ kernels that were not built for the GPU the run is on.
 
 The text is the toolchain's, not a report's: GCC's ``fatal error: HEADER: No such file or directory``
 (nvcc passes its host compiler's through), glibc's ``NAME: cannot open shared object file`` and
-``undefined symbol: SYMBOL``, nvlink's
+``undefined symbol: SYMBOL``, GNU ld's ``cannot find -lNAME`` / ``-l:FILE``, nvlink's
 ``Undefined reference to 'SYMBOL'`` and the CUDA runtime's error strings (``cudaGetErrorString``). Which
 library a header or a shared object belongs to is one table, ``LIBRARIES``, so a build of any extension
 (DeepEP, Transformer Engine, grouped_gemm, apex) that misses NVSHMEM, rdma-core, gdrcopy, NCCL or the CUDA
@@ -116,8 +116,33 @@ def _missing_library(lib: Library) -> Signature:
         confidence=0.85, versions="any")
 
 
+_LINK = f"installed:binutils ld (its missing-library error; {TRIGGERED})"
+
+
+def link_stem(lib: Library) -> str:
+    """The library's ``-lNAME`` name: its shared objects' pattern without ``lib`` and ``.so...``."""
+    return lib.sonames.removeprefix("lib").removesuffix(r"\.so[.\d]*")
+
+
+def _link_library_missing(lib: Library) -> Signature:
+    unversioned = lib.soname_example.rsplit(".so", 1)[0] + ".so"
+    return Signature(
+        id=f"{lib.key}-link-library-not-found", symptom="install",
+        patterns=(rf"cannot find -l(?::{lib.sonames}|{link_stem(lib)})(?=[:\s]|$)",),
+        cause=f"The link step of a build (an extension's setup.py, CMake) could not find {lib.name}'s library by the "
+              f"name it asked for: `-l:NAME` wants that exact file and `-lNAME` the unversioned libNAME.so, while pip "
+              f"wheels (nvidia-*-cu12 / -cu13) and some runtime images ship only the versioned file "
+              f"({lib.soname_example}) without the unversioned link.",
+        fix=lib.fix + f"; with a wheel, link its versioned file (its lib folder has {lib.soname_example}) or add the "
+            f"unversioned link there (ln -s {lib.soname_example} {unversioned}) before building",
+        source=_LINK,
+        emitted=(f"/usr/bin/ld: cannot find -l:{unversioned}: No such file or directory",),
+        confidence=0.85, versions="any build that links it")
+
+
 SIGNATURES = (tuple(_missing_header(lib) for lib in LIBRARIES)
               + tuple(_missing_library(lib) for lib in LIBRARIES if lib.sonames)
+              + tuple(_link_library_missing(lib) for lib in LIBRARIES if lib.sonames)
               + tuple(_missing_symbol(lib) for lib in LIBRARIES if lib.symbols))
 
 SIGNATURES += (
@@ -208,7 +233,7 @@ SIGNATURES += (
         confidence=0.85, versions="any source build of a CUTLASS-based extension (nv-grouped-gemm 1.1.x)"),
     Signature(
         id="nvshmem-headers-need-relocatable-device-code", symptom="install",
-        patterns=(r"multiple definition of [`']nvshmemi_ibgda_device_state_d'",),
+        patterns=(r"multiple definition of [`'‘]nvshmemi_ibgda_device_state_d['`’]",),  # a pasted log may re-quote it
         cause="NVSHMEM 3.5's device headers (device_host_transport/nvshmem_common_ibgda.h) declare "
               "nvshmemi_ibgda_device_state_d extern only when compiled as relocatable device code (__CUDACC_RDC__); "
               "a translation unit that includes them without -rdc=true (DeepEP's deep_ep.cpp, compiled by the host "

@@ -235,6 +235,24 @@ _TE_V2_2 = "NVIDIA/TransformerEngine@c55e425ac5751c72bfa656560fc7c65ab7d895e9"
 
 SIGNATURES += (
     Signature(
+        id="te-fp8-gemm-leading-dimension", symptom="config-error",
+        patterns=(r"Assertion failed: ret\.ld[ab] % 16 == 0",
+                  r"Leading dimension requirement on [AB] for FP8 GEMM\. Caller must pad"),
+        cause="A Transformer Engine FP8 GEMM got an operand whose leading dimension is not a multiple of 16 (cuBLAS's "
+              "FP8 Tensor Core requirement, checked in TE's cublaslt_gemm.cu): for an activation that is its token "
+              "count - an expert's share of the tokens after the dispatch, or a packed sequence's length - which "
+              "MoE routing and sequence packing leave unaligned.",
+        fix="pad the tokens per GEMM to a multiple of 16: for MoE experts moe_router_padding_for_quantization=True "
+            "(Megatron-Core pads each expert's routed tokens for quantized precision); for packed sequences pad each "
+            "pack to a multiple of 16; or run the layer outside FP8",
+        source=github_blob(TE_AT, "transformer_engine/common/gemm/cublaslt_gemm.cu") + "#L159-L163",
+        emitted=("RuntimeError: /opt/TransformerEngine/transformer_engine/common/gemm/cublaslt_gemm.cu:161 in function "
+                 "CanonicalizeGemmInput: Assertion failed: ret.lda % 16 == 0. Leading dimension requirement on A for FP8 "
+                 "GEMM. Caller must pad.",),
+        excerpts=(f"{TE_AT}:transformer_engine/common/gemm/cublaslt_gemm.cu:159-163",
+                  f"{TE_AT}:transformer_engine/common/gemm/cublaslt_gemm.cu:250-254"),
+        confidence=0.85, versions="Transformer Engine 2.x FP8 GEMMs (cublaslt_gemm.cu)"),
+    Signature(
         id="te-fp8-gemm-dims-not-divisible", symptom="config-error",
         patterns=(r"FP8 execution requires 2D input matrices with height divisible by 8 and width divisible by 16",
                   r"FP8 execution requires the product of all dimensions except the last to be divisible by 8 and "
