@@ -1,14 +1,16 @@
 """An ``AttributeError`` on a Megatron-Core / Megatron-Bridge class or module, named from the installed source.
 
+One that crosses a package boundary (Megatron code reading another package's object, a name another package's
+module lacks) is named with ``foreign_attributes``.
+
 Contract
 --------
 ``AttributeErrors.feed(text, where)`` is fed every line of a log; it keeps each ``AttributeError: 'CLASS' object
-has no attribute 'ATTR'``, ``type object 'CLASS' has no attribute 'ATTR'`` and ``module 'megatron.x' has no
-attribute 'Y'`` line (torchrun's ``[rankN]:`` prefix removed; anywhere in the line, so a pasted message alone
-counts) with the traceback frames above it. ``findings(errors)`` gives one ``attribute-error:CLASS.ATTR`` (or
-``attribute-error:MODULE.Y``) finding per error whose class is defined, or whose module lies, in the installed
-source (``class_source``; a class of another package is not named), made from the ``attribute-error`` row
-(``signatures.config_error.ATTRIBUTE_ERROR``):
+has no attribute 'ATTR'``, ``type object 'CLASS' has no attribute 'ATTR'`` and ``module 'X' has no attribute 'Y'``
+line (torchrun's ``[rankN]:`` prefix removed; anywhere in the line, so a pasted message alone counts) with the
+traceback frames above it. ``findings(errors)`` gives one ``attribute-error:CLASS.ATTR`` (or
+``attribute-error:MODULE.Y``) finding per error it can name, made from the ``attribute-error`` row
+(``signatures.config_error.ATTRIBUTE_ERROR``). A class defined in the installed source (``class_source``):
 
 - the class (several of that name: megatron/core/transformer first, the one a traceback frame is in before
   that; the others listed) or a base sets ``self.ATTR`` in ``__init__`` and constructing it reads ``self.ATTR``
@@ -18,21 +20,26 @@ source (``class_source``; a class of another package is not named), made from th
 - nothing sets or defines it: not in the installed version (renamed or removed), code written for another
   version reads it (the traceback's innermost frame outside torch when the log has one; the nearest names the
   class has), at ``PLAIN_CONFIDENCE``;
-- a module: whether it is installed, whether the name is defined there (under which ``if`` / ``try``), whether
-  it is a submodule its package does not import, where else the installed source defines it.
+- a module ``megatron.*``: whether it is installed, whether the name is defined there (under which ``if`` /
+  ``try``), whether it is a submodule its package does not import, where else the installed source defines it.
+
+A class the installed source does not define (or one the reading frame's file imports from another package), read
+by a Megatron frame, and any other package's module: ``foreign_attributes.object_error`` / ``module_error`` (an
+API mismatch with the package named from the file's imports, at 50% with the installed line that reads it found;
+the run's module lacking the name, whether the copy installed here has it, where the installed Megatron references
+it). A class of Python itself, or one no Megatron frame reads, is not named.
 
 Never raises for what is in the lines.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import difflib
 import re
 from dataclasses import dataclass, field
 
-from . import class_source, init_order, upstream_source
+from . import class_source, foreign_attributes, init_order, installed_modules, upstream_source
 from .report import Finding
 from .signatures.config_error import ATTRIBUTE_ERROR
 from .upstream_checks import FRAME, PREFIX
@@ -96,7 +103,7 @@ def findings(errors: list[AttributeErrorLine]) -> list[Finding]:
     for e in errors:
         try:
             named = _module(e) if e.kind == "module" else _class(e)
-        except (RecursionError, ValueError, SyntaxError):  # a source too deep or odd to read: that error unnamed
+        except (RecursionError, ValueError, SyntaxError, OSError):  # a source too deep or odd to read: that error unnamed
             named = None
         if named is None:
             continue
@@ -127,10 +134,19 @@ def _pick(e: AttributeErrorLine, found: tuple[class_source.ClassInfo, ...]) -> c
     return next((c for c in found if files & {k.file for k in class_source.mro(c)}), found[0])
 
 
+def _named(e: AttributeErrorLine, named: foreign_attributes.Named | None):
+    if named is None:
+        return None
+    sig = dataclasses.replace(ATTRIBUTE_ERROR, id=f"{ATTRIBUTE_ERROR.id}:{e.key}", cause=named.cause, fix=named.fix,
+                              confidence=named.confidence, source=named.source, versions=f"the installed {named.version}")
+    return sig, named.detail
+
+
 def _class(e: AttributeErrorLine):
     found = class_source.classes(e.owner)
-    if not found:
-        return None
+    frame = foreign_attributes.megatron_frame(e)
+    if not found or (frame and foreign_attributes.foreign_import(_relative(frame[0]), e.owner)):
+        return _named(e, foreign_attributes.object_error(e))  # another package's class, read by Megatron code
     cls = _pick(e, found)
     version = upstream_source.installed_version(cls.file)
     detail = [f"class {cls.name}: {cls.where}" + (f" (also defined at {', '.join(c.where for c in found if c != cls)})"
@@ -212,8 +228,8 @@ def _assigned(e: AttributeErrorLine, cls, sets: list[init_order.Assignment], ver
 # ---- a module's attribute ------------------------------------------------------------------------------
 
 def _module(e: AttributeErrorLine):
-    if not e.owner.startswith("megatron."):
-        return None
+    if not e.owner.startswith("megatron."):  # another package's module (megatron alone: the namespace, not named)
+        return _named(e, foreign_attributes.module_error(e)) if e.owner != "megatron" else None
     files = dict(upstream_source.sources())
     path = e.owner.replace(".", "/")
     rel = next((p for p in (f"{path}.py", f"{path}/__init__.py") if p in files), None)
@@ -255,31 +271,7 @@ def _module(e: AttributeErrorLine):
 
 def _top_level(rel: str) -> dict[str, tuple[int, tuple[str, ...]]]:
     """Name -> (line, the ``if`` / ``try`` it is defined under) of what a module's top level defines."""
-    tree = upstream_source._tree(rel)
-    out: dict[str, tuple[int, tuple[str, ...]]] = {}
-
-    def visit(body: list[ast.stmt], guards: tuple[str, ...]) -> None:
-        for n in body:
-            names: list[str] = []
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names = [n.name]
-            elif isinstance(n, (ast.Assign, ast.AnnAssign)):
-                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-                names = [t.id for t in targets if isinstance(t, ast.Name)]
-            elif isinstance(n, (ast.Import, ast.ImportFrom)):
-                names = [a.asname or a.name.split(".")[0] for a in n.names]
-            elif isinstance(n, ast.If):
-                visit(n.body, guards + (ast.unparse(n.test),))
-                visit(n.orelse, guards + (f"not ({ast.unparse(n.test)})",))
-            elif isinstance(n, ast.Try):
-                visit(n.body, guards + (f"the try at line {n.lineno} succeeding",))
-                for h in n.handlers:
-                    visit(h.body, guards + (f"the try at line {n.lineno} failing",))
-            for name in names:
-                out.setdefault(name, (n.lineno, guards))
-
-    visit(tree.body if isinstance(tree, ast.Module) else [], ())
-    return out
+    return installed_modules.top_level(upstream_source._tree(rel))
 
 
 def _defined_elsewhere(name: str, rel: str | None, keep: int = 3) -> list[str]:

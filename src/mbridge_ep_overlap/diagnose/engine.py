@@ -16,7 +16,9 @@ signature names are looked up in the installed Megatron-Core / Megatron-Bridge s
 (``upstream_checks``), by their message or, when the log has none, by the traceback's innermost ``raise``
 frame (``raise_frames``; an ``assert`` line of another package by that line); an ``AttributeError`` on a class
 or module of that source says who sets the attribute and what reads it first (``attribute_errors``: an
-initialisation-order chain, or a name the installed version lacks); a fallback warning of
+initialisation-order chain, or a name the installed version lacks), one across a package boundary names the
+Megatron frame that reads another package's object and that package, or the module of another package that lacks
+a name and who expects it (``foreign_attributes``); a fallback warning of
 that source no hand-written signature names is found there too (``upstream_fallbacks``); a failed
 C++/CUDA check of Transformer Engine, DeepEP (V1 and V2), HybridEP, NVSHMEM or torch's NCCL wrapper is named
 from the line its macro prints (``native_checks``). Transformer Engine's attention-backend lines say when it ran attention unfused, found
@@ -189,7 +191,8 @@ def _upstream(raised: upstream_checks.RaisedErrors, findings: dict[str, Finding]
 
 
 def _attribute_errors(missing: attribute_errors.AttributeErrors, findings: dict[str, Finding]) -> None:
-    """The AttributeErrors on a class or module of the installed MCore / MB source no hand-written signature names."""
+    """The AttributeErrors on a class or module of the installed MCore / MB source, or across a package boundary,
+    that no hand-written signature names."""
     named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
     fresh = [e for e in missing.errors if not any(e.line[:120] in line for line in named)]
     for f in attribute_errors.findings(fresh):

@@ -88,7 +88,8 @@ class Signature:
     "traceback" (the ``assert`` line a traceback's innermost frame prints, ``diagnose.raise_frames``),
     "attention-backend" (Transformer Engine's attention-backend choice and its reasons, ``diagnose.attention_backends``),
     "attribute-error" (an ``AttributeError`` on a Megatron-Core / Megatron-Bridge class or module, read against the
-    installed source: who sets the attribute, and what reads it first, ``diagnose.attribute_errors``)."""
+    installed source: who sets the attribute, and what reads it first; or one across a package boundary: Megatron
+    code reading another package's object, a name another package's module lacks, ``diagnose.attribute_errors``)."""
     facts_pass: Callable[[dict], bool | None] | None = field(default=None, compare=False)
     """From a rank's effective facts (``base.run_files.FACT_KEYS``): False when they show this failure's
     condition (which is then what ``rule`` refuses), True when they rule it out, None where they do not say.

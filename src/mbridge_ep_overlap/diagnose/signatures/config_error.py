@@ -3,7 +3,8 @@ validation errors that an EP-overlap configuration meets at finalize. Each names
 library that refuses the same configuration before the run (``plan``, ``enable_ep_overlap``).
 ``UPSTREAM_CHECK`` is the row of the general case: any Megatron-Core / Megatron-Bridge check, named by
 finding its message in the installed source (``diagnose.upstream_checks`` makes one per check found);
-``ATTRIBUTE_ERROR`` the row of an AttributeError on a class or module of that source (``diagnose.attribute_errors``).
+``ATTRIBUTE_ERROR`` the row of an AttributeError on a class or module of that source, or across a package boundary
+(``diagnose.attribute_errors``).
 ``TE_NO_ATTENTION_BACKEND`` is Transformer Engine's error when it disables every attention backend
 (``diagnose.attention_backends`` names the reasons its log gives)."""
 
@@ -86,17 +87,24 @@ TE_NO_ATTENTION_BACKEND = Signature(
 
 ATTRIBUTE_ERROR = Signature(
     id="attribute-error", symptom="config-error", patterns=(),
-    cause="An AttributeError on a Megatron-Core / Megatron-Bridge class or module ('CLASS' object has no attribute "
-          "'ATTR'): read against the installed source, either the class sets the attribute in __init__ after a "
-          "method that reads it has already run during construction (an initialisation-order bug, the chain of "
-          "calls and the if tests that take it), or nothing in the installed version sets it (renamed or removed: "
-          "code written for another version reads it).",
+    cause="An AttributeError ('CLASS' object has no attribute 'ATTR', module 'X' has no attribute 'Y') read against "
+          "the installed source. On a Megatron-Core / Megatron-Bridge class or module: either the class sets the "
+          "attribute in __init__ after a method that reads it has already run during construction (an "
+          "initialisation-order bug, the chain of calls and the if tests that take it), or nothing in the installed "
+          "version sets it (renamed or removed: code written for another version reads it). Across a package "
+          "boundary: Megatron code reads an attribute another package's object lacks (the package named from the "
+          "imports of the reading file: an API mismatch between the two versions), or code calls a name the run's "
+          "copy of another package's module lacks (code written for another version of it; whether the copy "
+          "installed here has it, and where the installed Megatron references it).",
     fix="for an initialisation-order bug, avoid the configuration its if tests name, or a release that sets the "
-        "attribute first; for a name the installed version lacks, the release the reading code was written for",
+        "attribute first; for a name the installed version lacks, the release the reading code was written for; "
+        "across a package boundary, pair the versions (the other package's release this Megatron-Core expects, or "
+        "a Megatron-Core that matches the run's)",
     source="installed:mbridge_ep_overlap/diagnose/attribute_errors.py", emitted=(), confidence=0.6,
     found_by="attribute-error",
     versions="the installed megatron-core / megatron-bridge (its classes read from the source): 60% with the "
-             "chain found, 40% otherwise")
+             "chain found, 40% otherwise; another package's object read by Megatron code: 50% with the installed "
+             "line that reads it found, 40% otherwise; another package's module: 40%")
 
 SIGNATURES = (
     UPSTREAM_CHECK,
