@@ -258,3 +258,19 @@ def test_a_known_bad_deepep_nvshmem_pairing_in_the_facts_outranks_the_timeout(tm
     good = _evidence(tmp_path / "good", 0, facts={**FACTS_ON, "versions": {**versions, "nvshmem": "3.4.5"}})
     (good / "rank0.log").write_text("[rank0]: RuntimeError: DeepEP error: timeout (dispatch CPU)\n")
     assert diagnose([str(good)]).cause_ids == ["deepep-dispatch-timeout"]
+
+
+def test_srun_label_around_torchrun_prefix_is_one_prefix():
+    """srun --label pads its task number (`` 187: ``) and torchrun adds ``[rank187]:``: both come off, the rank
+    is read, and a traceback keeps its indentation."""
+    from mbridge_ep_overlap.diagnose import sources
+
+    log = ("  7: [rank7]: Traceback (most recent call last):\n"
+           '  7: [rank7]:   File "/x/megatron/core/transformer/moe/fused_a2a.py", line 60, in get_buffer\n'
+           "  7: [rank7]:     or _buffer.group != group\n"
+           "  7: [rank7]: AttributeError: 'Buffer' object has no attribute 'group'\n")
+    src = sources.TextSource("-", data=log.encode())
+    got = [(rank, text) for _where, rank, text, _raw in sources.lines(src)]
+    assert got[1] == ("7", '  File "/x/megatron/core/transformer/moe/fused_a2a.py", line 60, in get_buffer')
+    assert got[2] == ("7", "    or _buffer.group != group")
+    assert diagnose(["-"], stdin=io.BytesIO(log.encode())).cause_ids[0] == "attribute-error:Buffer.group"

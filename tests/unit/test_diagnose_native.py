@@ -264,3 +264,19 @@ def test_hybridep_fabric_memory_refused_names_the_fabric_handles():
     top = run(line).findings[0]
     assert top.signature.id == "hybridep-fabric-memory-not-permitted"
     assert "USE_MNNVL=0" in top.signature.fix
+
+
+def test_lines_that_only_look_like_native_checks_are_not_read_as_ones():
+    path_dump = "LD_LIBRARY_PATH=" + ":".join(["/usr/lib/python3/site-packages/nvidia/nvshmem/lib"] * 300)
+    assert native_checks.parse(path_dump) is None
+    # a compiler warning in an NVSHMEM header, and another library's exception text
+    assert native_checks.parse("/opt/nvshmem/include/nvshmem_defines.h:5:12: warning: unused variable 'x'") is None
+    assert native_checks.parse("Unhandled exception (/opt/pytorch/c10/cuda/CUDACachingAllocator.cpp:1200): oom") is None
+    assert native_checks.parse("/x/nvshmem/src/a.cpp:" + "9" * 5000 + ": non-zero status: 3 x") is None
+    assert run(path_dump + "\n").cause_ids == []
+
+
+def test_hybridep_cuda_check_line_reaches_the_reader():
+    line = hybrid_ep_cuda_check("/opt/DeepEP/csrc/hybrid_ep/hybrid_ep.cu", 310, "cudaMalloc(&p, n)",
+                                "cudaErrorMemoryAllocation", "out of memory")
+    assert run(line + "\n").cause_ids[0] == "native-check:deep-ep:csrc/hybrid_ep/hybrid_ep.cu:310"

@@ -126,7 +126,7 @@ def test_what_is_not_modelled_is_said_and_lowers_confidence():
     for needle in ("CUDA graphs", "selective recompute of ['moe']", "moe_shared_expert_overlap"):
         assert f"not modelled        : {needle}" in text or needle in text
     assert cp.confidence.startswith("low") and "confidence          : low" in text
-    assert len(unmodelled(cfg, cp.inputs)) == 3
+    assert len(unmodelled(cfg, cp.inputs, cp.cluster.gpu)) == 3
     mx = for_config(_cfg(), NS(**{**vars(H100), "gpu_name": "NVIDIA GB200", "world_size": 16}))
     assert mx.confidence.startswith("provisional") and "gb200" in mx.confidence
     d = cp.to_dict()
@@ -217,3 +217,18 @@ def test_fp8_attention_is_costed_where_measured_and_named_where_not():
     assert hop.inputs.fp8_attention and not any("fp8_dot_product_attention" in line for line in hop.not_modelled)
     bf = for_config(_cfg(fp8_dot_product_attention=True), H100)  # no FP8 recipe: TE keeps attention in BF16
     assert not bf.inputs.fp8_attention
+
+
+def test_fp8_attention_flag_is_read_from_the_mixed_precision_config_and_only_delayed_is_measured():
+    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+    mp = get_mixed_precision_config("bf16_with_mxfp8_mixed")
+    mp.fp8_dot_product_attention = True
+    cfg = _cfg()
+    cfg.mixed_precision = mp
+    gb = for_config(cfg, NS(**{**vars(H100), "gpu_name": "NVIDIA GB200", "world_size": 16}))
+    assert gb.inputs.fp8_attention and any(line.startswith("fp8_dot_product_attention") for line in gb.not_modelled)
+    cfg = _cfg(fp8_dot_product_attention=True)
+    cfg.mixed_precision = "bf16_with_fp8_current_scaling_mixed"  # TE 2.18 has no FP8 attention for it on Hopper
+    cur = for_config(cfg, H100)
+    assert cur.inputs.fp8_attention and any("fp8_dot_product_attention" in line for line in cur.not_modelled)

@@ -41,7 +41,7 @@ from typing import Any, Iterable, Mapping
 
 from ..base.gpus import match
 from ..predict.cluster_calibration import SCALE_OUT, with_scale_out
-from ..predict.costs import REPLAYED_MODULES, Calibration, domain_size, fp8_attention, hardware
+from ..predict.costs import REPLAYED_MODULES, Calibration, domain_size, fp8_attention, fp8_attention_measured, hardware
 from ..predict.inputs import Cluster, StepInputs
 from ..predict import memory
 from ..predict.costs import linear_rate
@@ -225,7 +225,7 @@ def hybrid_layers(cfg: Any) -> str | None:
     return None
 
 
-def unmodelled(cfg: Any, inputs: StepInputs, gpu: str | None = None) -> tuple[str, ...]:
+def unmodelled(cfg: Any, inputs: StepInputs, gpu: str) -> tuple[str, ...]:
     """What ``cfg`` uses that the model does not represent on ``gpu`` (module docstring), one line each."""
     model = getattr(cfg, "model", None)
     get = lambda name, default=None: getattr(model, name, default)  # noqa: E731
@@ -247,9 +247,10 @@ def unmodelled(cfg: Any, inputs: StepInputs, gpu: str | None = None) -> tuple[st
     if inputs.gemm_precision == "fp32":
         out.append("FP32 (TF32) GEMMs: taken at the BF16 rate")
     measured = fp8_attention()
-    if inputs.fp8_attention and gpu not in measured["gpus"]:
-        out.append(f"fp8_dot_product_attention: FP8 core attention taken at the BF16 rate (its speed is measured on "
-                   f"{', '.join(measured['gpus'])} only, {measured['time_factor']:.2f}x the BF16 time there)")
+    if inputs.fp8_attention and not fp8_attention_measured(inputs, gpu):
+        out.append(f"fp8_dot_product_attention: FP8 core attention ({inputs.gemm_precision} on {gpu}) taken at the BF16 "
+                   f"rate (measured on H200 under {', '.join(measured['recipes'])} only, "
+                   f"{measured['time_factor']:.2f}x the BF16 time there)")
     if get("moe_expert_capacity_factor") is not None:
         out.append(f"moe_expert_capacity_factor={get('moe_expert_capacity_factor')}: token dropping and padding "
                    "(routing is taken as balanced)")

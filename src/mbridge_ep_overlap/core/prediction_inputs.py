@@ -68,6 +68,10 @@ def from_config(cfg: Any, world_size: int | None, *, precision: str | None = Non
     precision = precision or _precision(cfg)
     s["bf16"], s["fp16"] = (precision == "bf16", precision == "fp16") if precision else (None, None)
     s["gemm_precision"] = gemm_precision(cfg) or precision
+    # MB recipes set it on the mixed-precision config, which copies it to the model at finalize
+    mp = getattr(cfg, "mixed_precision", None)
+    s["fp8_dot_product_attention"] = bool(s.get("fp8_dot_product_attention")
+                                          or (not isinstance(mp, str) and getattr(mp, "fp8_dot_product_attention", False)))
     if dispatcher is not None:
         s["dispatcher"] = dispatcher
     assumed = [k for k in (assume or {}) if s.get(k) is None]

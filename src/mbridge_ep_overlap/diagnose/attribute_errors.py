@@ -48,7 +48,7 @@ CHAIN_CONFIDENCE = 0.6
 PLAIN_CONFIDENCE = 0.4
 MAX_ERRORS = 8
 MESSAGE = re.compile(r"AttributeError: (?:(?P<type>type object )|(?P<partial>partially initialized )?module )?"
-                     r"'(?P<owner>[\w.]+)'(?: object)? has no attribute '(?P<attr>\w+)'")
+                     r"'(?P<owner>\w+(?:\.\w+)*)'(?: object)? has no attribute '(?P<attr>\w+)'")
 
 
 @dataclass

@@ -61,13 +61,35 @@ def events(cls: ClassInfo, method: str) -> tuple[Event, ...]:
     return tuple(sorted(_Walk(fn.args.args[0].arg, text(cls.file)).block(fn.body, ()), key=lambda e: e.pos))
 
 
+@functools.lru_cache(maxsize=64)
+def _lines(source: str) -> tuple[bytes, ...]:
+    """A file's lines as UTF-8 bytes (the AST's column offsets count bytes), split once per file."""
+    return tuple(line.encode("utf-8") for line in source.splitlines(keepends=True))
+
+
+def _segment(lines: tuple[bytes, ...], node: ast.AST) -> str | None:
+    """``ast.get_source_segment`` without re-splitting the file at each call."""
+    try:
+        first, last = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
+        c0, c1 = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+    except AttributeError:
+        return None
+    if first < 0 or last >= len(lines) or c1 is None:
+        return None
+    if first == last:
+        return lines[first][c0:c1].decode("utf-8", errors="replace")
+    parts = [lines[first][c0:]] + list(lines[first + 1:last]) + [lines[last][:c1]]
+    return b"".join(parts).decode("utf-8", errors="replace")
+
+
 class _Walk:
     def __init__(self, me: str, source: str) -> None:
         self.me, self.source, self.out = me, source, []
+        self.lines = _lines(source)
 
     def seg(self, node: ast.AST) -> str:
         """The source text of a node on one line (a bracket's inner spaces of a wrapped line dropped)."""
-        flat = " ".join((ast.get_source_segment(self.source, node) or ast.unparse(node)).split())
+        flat = " ".join((_segment(self.lines, node) or ast.unparse(node)).split())
         return re.sub(r"([(\[{]) | ([)\]}])", r"\1\2", flat)
 
     def negated(self, test: ast.expr) -> str:

@@ -49,32 +49,36 @@ from .signatures.config_error import NATIVE_CHECK
 MAX_CHECKS = 8
 BY_PATH = ""
 """The library of a format any C/C++ code prints (a failed C ``assert``): read from the file's path."""
-_SOURCE = r"(?P<file>[^\s'\"]+?\.(?:cu|cuh|cpp|cc|c|h|hpp))"
+_SOURCE = r"(?<![^\s'\"(=])(?P<file>[^\s'\":]+\.(?:cu|cuh|cpp|cc|c|h|hpp))"
+"""A source path from the start of its token, without a colon: one search per start, never backtracking across
+a long line (a path never holds ':' in these formats, the line number follows the first one)."""
+_NVSHMEM_FILE = r"(?<![^\s'\"(=])(?P<file>[^\s'\":]*nvshmem[^\s'\":]*\.(?:cpp|cu|cuh|c|h))"
 FORMATS: tuple[tuple[str, str, re.Pattern], ...] = (
     ("transformer-engine", "NVTE_CHECK", re.compile(
-        _SOURCE + r":(?P<line>\d+) in function (?P<function>[\w:~<>]+): Assertion failed: (?P<condition>.+?)\."
+        _SOURCE + r":(?P<line>\d{1,9}) in function (?P<function>[\w:~<>]+): Assertion failed: (?P<condition>.+?)\."
                   r"(?: (?P<message>.*?))?\s*$")),
     ("transformer-engine", "NVTE_ERROR", re.compile(  # an exception's text: NVTE_WARN prints the same format
-        r"(?:Error|what\(\)):\s+" + _SOURCE + r":(?P<line>\d+) in function (?P<function>[\w:~<>]+): (?P<message>.+?)\s*$")),
-    ("deep-ep", "EP_HOST_ASSERT", re.compile(r"Failed: Assertion error " + _SOURCE + r":(?P<line>\d+) '(?P<condition>.*)'")),
-    ("deep-ep", "CUDA_CHECK", re.compile(r"Failed: CUDA error " + _SOURCE + r":(?P<line>\d+) '(?P<message>.*)'")),
+        r"(?:Error|what\(\)):\s+" + _SOURCE + r":(?P<line>\d{1,9}) in function (?P<function>[\w:~<>]+): (?P<message>.+?)\s*$")),
+    ("deep-ep", "EP_HOST_ASSERT", re.compile(r"Failed: Assertion error " + _SOURCE + r":(?P<line>\d{1,9}) '(?P<condition>.*)'")),
+    ("deep-ep", "CUDA_CHECK", re.compile(r"Failed: CUDA error " + _SOURCE + r":(?P<line>\d{1,9}) '(?P<message>.*)'")),
     ("deep-ep", "EP_DEVICE_ASSERT", re.compile(
-        r"Assertion failed: " + _SOURCE + r":(?P<line>\d+), condition: (?P<condition>.+?)\s*$")),
+        r"Assertion failed: " + _SOURCE + r":(?P<line>\d{1,9}), condition: (?P<condition>.+?)\s*$")),
     ("nccl", "C10D_NCCL_CHECK", re.compile(
-        r"NCCL error in: " + _SOURCE + r":(?P<line>\d+), (?P<message>.+?)(?:, NCCL version (?P<version>[\w.+-]+))?\s*$")),
+        r"NCCL error in: " + _SOURCE + r":(?P<line>\d{1,9}), (?P<message>.+?)(?:, NCCL version (?P<version>[\w.+-]+))?\s*$")),
     ("deep-ep", "EPException", re.compile(  # V2: name << " exception (" << file << ":" << line << "): " << error
-        r"(?P<name>Assertion|CUDA runtime|CUDA driver|NCCL|[A-Z][\w ]{0,40}?) exception \(" + _SOURCE
-        + r":(?P<line>\d+)\): (?P<message>.+?)\s*$")),
+        r"(?P<name>Assertion|CUDA runtime|CUDA driver|NCCL|Dispatch CPU wait|Combine CPU wait) exception \(" + _SOURCE
+        + r":(?P<line>\d{1,9})\): (?P<message>.+?)\s*$")),
     ("deep-ep", "HybridEP CU_CHECK", re.compile(  # "CU error encountered at: file=%s line=%d, call='%s' Reason=%s."
-        r"(?:(?:CUDA|CU) error encountered at: file=" + _SOURCE + r",? line=(?P<line>\d+), )?"
+        r"(?:(?:CUDA|CU) error encountered at: file=" + _SOURCE + r",? line=(?P<line>\d{1,9}), )?"
         r"call='(?P<call>[^']+)',? Reason=(?P<message>.+?)\.?\s*$")),
     ("nvshmem", "NVSHMEMI_ERROR_JMP", re.compile(
-        r"(?P<file>\S*nvshmem\S*?\.(?:cpp|cu|cuh|c|h)):(?P<line>\d+): (?P<status>(?:non-zero|error) status: -?\d+"
+        _NVSHMEM_FILE + r":(?P<line>\d{1,9}): (?P<status>(?:non-zero|error) status: -?\d+"
         r"(?:: [^,]*?, exiting\.\.\.)?|NULL value) ?(?P<message>.*?)\s*$")),
     ("nvshmem", "NVSHMEMI_ERROR_PRINT", re.compile(
-        r"(?P<file>\S*nvshmem\S*?\.(?:cpp|cu|cuh|c|h)):(?P<function>\w+):(?P<line>\d+): (?P<message>.+?)\s*$")),
+        _NVSHMEM_FILE + r":(?P<function>[A-Za-z_]\w*):(?P<line>\d{1,9}): (?!(?:warning|note|error|fatal error):)"
+        r"(?P<message>.+?)\s*$")),
     (BY_PATH, "assert", re.compile(  # glibc's __assert_fail: "%s%s%s:%u: %s%sAssertion `%s' failed."
-        _SOURCE + r":(?P<line>\d+):\s*(?:(?P<function>[^`]+?):\s+)?Assertion `(?P<condition>.+)' failed\.")),
+        _SOURCE + r":(?P<line>\d{1,9}):\s*(?:(?P<function>[^`]+?):\s+)?Assertion `(?P<condition>.+)' failed\.")),
 )
 """(library, macro, the expression that reads its format), most specific first."""
 
@@ -96,7 +100,7 @@ _COND_AND_MESSAGE = re.compile(r'^(?P<cond>.+?)\s+(?:and|&&)\s*"(?P<message>.*)"
 NCCL_RESULTS = ("ncclSuccess", "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
                 "ncclInvalidArgument", "ncclInvalidUsage", "ncclRemoteError", "ncclInProgress")
 """``ncclResult_t`` in NCCL's ``nccl.h`` (0..7), the number DeepEP V2's ``NCCL_CHECK`` prints."""
-_HINT = re.compile(r"(?i:\b(?:try|please|consider)\s+)?(?i:setting|set|increas\w*|export\w*|rais\w+)\s+(?i:the\s+)?"
+_HINT = re.compile(r"(?i:\b(?:try|please|consider)\s+)?\b(?i:set(?:ting)?|increas(?:e|ing)|export(?:ing)?|rais(?:e|ing))\s+(?i:the\s+)?"
                    r"[A-Z][A-Z0-9]*_[A-Z0-9_]+\b[^.;]*")
 """A message that itself names the setting to change ("try setting NVSHMEM_MAX_TEAMS environment variable")."""
 _CALLED = re.compile(r"^(?P<name>[A-Za-z_][\w:]*)\s*\(")
@@ -155,7 +159,7 @@ def parse(text: str) -> NativeCheck | None:
             macro, function = _macro(macro, g), g.get("function") or ""
             if macro == "EP_HOST_ASSERT" and g.get("name"):  # V2: the error text is the stringified condition
                 condition, message = message, ""
-            if macro == "NCCL_CHECK" and (n := re.match(r"(\d+) \((.*)\)$", message)):
+            if macro == "NCCL_CHECK" and (n := re.match(r"(\d{1,9}) \((.*)\)$", message)):
                 code = int(n.group(1))
                 name = NCCL_RESULTS[code] if code < len(NCCL_RESULTS) else f"ncclResult_t {code}"
                 message = f"{code} = {name}: {n.group(2)}"
@@ -198,7 +202,7 @@ class NativeChecks:
         previous, self._previous = self._previous, text
         if " in function " not in text and "Failed: " not in text and "Assertion failed: " not in text \
                 and "NCCL error in: " not in text and "' failed." not in text and " exception (" not in text \
-                and "' Reason=" not in text and "nvshmem" not in text:
+                and "Reason=" not in text and "nvshmem" not in text:
             return
         c = parse(text)
         if c is None and _WRAPPED_ASSERT.match(text):

@@ -27,7 +27,9 @@ from ..base.errors import UsageError
 
 MAX_LINE = 8192
 _PROBE = 8192
-_PREFIX = re.compile(r"^(?:\[(?:default|rank)(\d+)\]:\s?|(\d+): )")
+_PREFIX = re.compile(r"^(?:\[(?:default|rank)(\d+)\]:\s?|\s*(\d+): (?:\[(?:default|rank)\d+\]:\s?)?)")
+"""torchrun's ``[rankN]:`` / ``[defaultN]:``, srun's ``--label`` ``N: `` (padded to the width of the largest task
+number), or both (srun around torchrun: `` 187: [rank187]: ...``)."""
 _RANK_DIR = re.compile(r"(?:^|/)attempt_\d+/(\d+)/std(?:out|err)\.log$")
 _FACTS, _WATCHDOG, _FAULT = run_files.FACTS_NAME, run_files.WATCHDOG_NAME, run_files.FAULTHANDLER_NAME
 

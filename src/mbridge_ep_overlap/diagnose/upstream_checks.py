@@ -34,7 +34,7 @@ ERROR_LINE = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s*)*(?:[\w.]+\.)?(Asserti
                         r"TypeError|NotImplementedError): (.{8,})$")
 OTHER_ERROR = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s*)*(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Interrupt))(?::|$)")
 """An exception line that ends a traceback: one of a kind not read here (an ``AttributeError``) closes it unkept."""
-FRAME = re.compile(r'^(?:\[(?:rank|default)\d+\]:\s*)*\s*File "([^"]+)", line (\d+), in (\S+)')
+FRAME = re.compile(r'^(?:\[(?:rank|default)\d+\]:\s*)*\s*File "([^"]+)", line (\d{1,9}), in (\S+)')
 PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:)+")
 RAISE_LINE = re.compile(r"^(?:raise\s+(?:[\w.]+\.)?(\w+)\b|assert\b)")
 UPSTREAM_FRAME = re.compile(r"megatron/(core|bridge)/")

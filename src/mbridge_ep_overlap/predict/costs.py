@@ -134,6 +134,12 @@ def fp8_attention() -> dict[str, Any]:
     return hardware()["fp8_attention"]
 
 
+def fp8_attention_measured(inputs: StepInputs, gpu: str) -> bool:
+    """Whether the config runs FP8 attention in a recipe on a GPU kind whose FP8 attention was measured."""
+    m = fp8_attention()
+    return inputs.fp8_attention and gpu in m["gpus"] and inputs.gemm_precision in m["recipes"]
+
+
 def linear_rate(inputs: StepInputs, cluster: Cluster) -> Rate:
     """The rate of the config's linear-layer GEMMs on the cluster's GPU (``precision.gemm_rate``)."""
     return gemm_rate(gpu_spec(cluster.gpu), inputs.gemm_precision, hardware()["precisions"])
@@ -425,7 +431,7 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
     else:
         attn_core_f = core / (peak * cal.attention_efficiency_te * spec.get("attention_speedup", 1.0))
         attn_core_b = _BWD_ATTN["transformer_engine"] * attn_core_f
-        if i.fp8_attention and cluster.gpu in fp8_attention()["gpus"]:
+        if fp8_attention_measured(i, cluster.gpu):
             # FP8 fused attention measured against BF16 on the GPU kind that runs it (fp8_attention(), the
             # quantization of Q, K, V, O and dO included); elsewhere taken at the BF16 rate and said so
             attn_core_f *= fp8_attention()["time_factor"]

@@ -430,7 +430,8 @@ class StepInputs:
             recompute_modules=selective,
             glu_clamp=glu_clamp, expert_fc2_bias=bool(unfused and s.get("add_bias_linear")),
             router_probs_bytes=router_bytes,
-            fp8_attention=bool(s.get("fp8_dot_product_attention")) and str(gemm) not in ("bf16", "fp16", "fp32"),
+            fp8_attention=bool(s.get("fp8_dot_product_attention")) and gemm is not None
+            and str(gemm) not in ("bf16", "fp16", "fp32"),
             defaults_used=tuple(dict.fromkeys(used)),
         )
 
