@@ -310,8 +310,11 @@ def _read_by(sig) -> tuple[re.Pattern, ...]:
         return sig.compiled()
     from mbridge_ep_overlap.diagnose import attention_backends
 
+    from mbridge_ep_overlap.diagnose import pyspy
+
     readers = {"attention-backend": lambda s: tuple(re.compile(re.escape(attention_backends.HEADS[k]))
-                                                    for k in attention_backends.READS[s.id])}
+                                                    for k in attention_backends.READS[s.id]),
+               "py-spy": lambda s: tuple(re.compile(re.escape(f)) for f in pyspy.FORMATS)}
     return readers[sig.found_by](sig)
 
 

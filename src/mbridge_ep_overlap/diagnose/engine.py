@@ -23,7 +23,8 @@ that source no hand-written signature names is found there too (``upstream_fallb
 C++/CUDA check of Transformer Engine, DeepEP (V1 and V2), HybridEP, NVSHMEM or torch's NCCL wrapper is named
 from the line its macro prints (``native_checks``). Transformer Engine's attention-backend lines say when it ran attention unfused, found
 no backend, or disabled the FP8 attention asked for, with the reasons it logged (``attention_backends``). A NaN/Inf
-found by MCore names the rank and iteration.
+found by MCore names the rank and iteration. Stacks ``py-spy dump`` printed say where each rank waits and which rank
+differs from the others (``pyspy``).
 Findings are ranked: specific before generic, then by confidence, then by how many lines matched.
 Two or more PATHs that each hold iteration lines are also compared as runs (first = reference): a
 candidate not faster than the reference is a no-speed-up finding, with the reasons the facts give;
@@ -42,8 +43,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import (attention_backends, attribute_errors, collective_stacks, crashes, flight_recorder, memory, native_checks, prediction, schedule,
-               timeouts, upstream_checks, upstream_fallbacks)
+from . import (attention_backends, attribute_errors, collective_stacks, crashes, flight_recorder, memory, native_checks, prediction, pyspy,
+               schedule, timeouts, upstream_checks, upstream_fallbacks)
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -76,6 +77,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     missing_attrs = attribute_errors.AttributeErrors()
     natives = native_checks.NativeChecks()
     stacks = collective_stacks.CollectiveStacks()
+    spied = pyspy.PySpyDumps()
     timed_out = timeouts.TimeoutLines()
     fell_back = upstream_fallbacks.FallbackLines()
     out_of_memory = memory.OutOfMemory()
@@ -100,6 +102,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             missing_attrs.feed(text, where)
             natives.feed(text, where)
             stacks.feed(text, where)
+            spied.feed(text, where)
             timed_out.feed(text, where)
             fell_back.feed(text, where)
             out_of_memory.feed(text, where)
@@ -124,6 +127,8 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _numerics(series, finding)
     _attention(attention, findings)
     _native(natives, ev, findings)
+    for f in pyspy.findings(spied):
+        findings.setdefault(f.signature.id, f)
     _upstream(raised, findings)
     _attribute_errors(missing_attrs, findings)
     _fallbacks(fell_back, findings)

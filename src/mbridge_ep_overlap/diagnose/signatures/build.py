@@ -133,8 +133,11 @@ def _link_library_missing(lib: Library) -> Signature:
               f"name it asked for: `-l:NAME` wants that exact file and `-lNAME` the unversioned libNAME.so, while pip "
               f"wheels (nvidia-*-cu12 / -cu13) and some runtime images ship only the versioned file "
               f"({lib.soname_example}) without the unversioned link.",
-        fix=lib.fix + f"; with a wheel, link its versioned file (its lib folder has {lib.soname_example}) or add the "
-            f"unversioned link there (ln -s {lib.soname_example} {unversioned}) before building",
+        fix=lib.fix + f"; with a wheel, link the versioned file of the library the line names (its lib folder has, "
+            f"for example, {lib.soname_example}) or add the unversioned link beside it (for that example: ln -s "
+            f"{lib.soname_example} {unversioned}) before building"
+            + ("; `-lcuda` is the driver's library: a build machine without a driver links the toolkit's stub "
+               "($CUDA_HOME/lib64/stubs/libcuda.so)" if lib.key == "cuda-toolkit" else ""),
         source=_LINK,
         emitted=(f"/usr/bin/ld: cannot find -l:{unversioned}: No such file or directory",),
         confidence=0.85, versions="any build that links it")

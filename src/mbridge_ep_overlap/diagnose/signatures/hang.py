@@ -117,3 +117,21 @@ SIGNATURES += (
         quoted_at=f"{DEEPEP_AT}:csrc/kernels/intranode.cu:385",
         confidence=0.75, rule="deepep-built-with-nvshmem", versions="DeepEP 1.x kernels"),
 )
+
+PY_SPY_AT = "benfred/py-spy@d230d8208d652ba168256ffb66170d1c6cd8b650"
+"""py-spy, where the dump format ``diagnose.pyspy`` reads is printed (``src/dump.rs``, ``src/stack_trace.rs``)."""
+
+SIGNATURES += (
+    Signature(
+        id="py-spy-stacks", symptom="hang", patterns=(),
+        cause="py-spy's dumps show where each process was waiting (below): the processes all wait in the same call, "
+              "so the one that stopped is not among the dumped processes, or is below Python (a kernel, the network, "
+              "a DeepEP / HybridEP buffer that never received its tokens).",
+        fix="dump every rank of the job (`py-spy dump --pid PID` on each node, `--native` for the frames below "
+            "Python) and compare: the rank not in the same dispatch / combine / collective as the others is the one "
+            "to debug; a run launched by this library writes every rank's stack itself (watchdog, faulthandler)",
+        source=github_blob(PY_SPY_AT, "src/dump.rs"), emitted=(),
+        excerpts=(f"{PY_SPY_AT}:src/dump.rs:33-38", f"{PY_SPY_AT}:src/dump.rs:100-146",
+                  f"{PY_SPY_AT}:src/stack_trace.rs:241-247"),
+        confidence=0.4, generic=True, found_by="py-spy"),
+)
