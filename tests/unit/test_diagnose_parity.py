@@ -22,6 +22,7 @@ import pytest
 from mbridge_ep_overlap.diagnose.signatures import SYMPTOMS, all_signatures
 from mbridge_ep_overlap.diagnose.signatures.base import FOUND_BY
 from mbridge_ep_overlap.diagnose.signatures.build import ASSEMBLED, TRIGGERED
+from mbridge_ep_overlap.diagnose.signatures.launch import SLURM_BINARY, STORE_TRIGGERED
 
 SITE = Path(__import__("megatron.core").core.__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent / "fixtures" / "failure_reports"
@@ -90,7 +91,8 @@ def _installed(sig) -> Path:
 
 
 INSTALLED = [s for s in SIGS if s.source.startswith("installed:") and s.emitted and "python3" not in s.source
-             and TRIGGERED not in s.source and ASSEMBLED not in s.source]  # those: checked in test_diagnose_build
+             and TRIGGERED not in s.source and ASSEMBLED not in s.source  # those: checked in test_diagnose_build
+             and SLURM_BINARY not in s.source and STORE_TRIGGERED not in s.source]  # those: in test_diagnose_launcher
 
 
 @pytest.mark.parametrize("sig", INSTALLED, ids=lambda s: s.id)

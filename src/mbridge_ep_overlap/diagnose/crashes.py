@@ -8,8 +8,12 @@ the frames of the crashing thread's block faulthandler printed; ``main_thread_st
 of the thread that runs training (the process's main thread, listed last by faulthandler), never the
 watchdog thread that wrote the dump. ``rank_crashes(logs)`` lists every rank that died of a signal
 (faulthandler's "Fatal Python error: ..." or torchrun's "exitcode : -11"), the rank that crashed by
-itself first; ``crash_report`` says it in one paragraph. Pure text in, data out: no file access, no
-torch. The launcher (``lab.launch``) and ``diagnose`` both read crashes through this module.
+itself first; ``crash_report`` says it in one paragraph. ``TorchrunSummary`` reads torchrun's failure summary
+(``ChildFailedError``: the "Failures:" and "Root Cause (first observed failure):" blocks) a line at a time into
+``TorchrunFailure`` records (rank, local rank, host, exit code, pid, error file, traceback line, whether it is the
+root cause, the file:line of each field); ``torchrun_failures(text)`` runs it over a text, and the exit codes
+``rank_crashes`` uses come from it. Pure text in, data out: no file access, no torch. The launcher
+(``lab.launch``) and ``diagnose`` both read crashes through this module.
 """
 
 from __future__ import annotations
@@ -78,12 +82,120 @@ def faulthandler_stack(text: str, start: int = 0) -> list[str]:
     return [line.strip() for line in block.group(1).splitlines() if line.strip().startswith("File ")]
 
 
+@dataclass
+class TorchrunFailure:
+    """One block of torchrun's failure summary (torch's ``_FAILURE_FORMAT_TEMPLATE``)."""
+
+    rank: str
+    local_rank: str = ""
+    exitcode: int | None = None
+    pid: str = ""
+    host: str = ""
+    time: str = ""
+    error_file: str = ""
+    traceback: str = ""
+    """The block's first ``traceback :`` line: "Signal 9 (SIGKILL) received by PID 716", torch's pointer to the
+    elastic errors page (no error file), or the first line of the error file's traceback."""
+    root: bool = False
+    """In the "Root Cause (first observed failure):" section."""
+    where: dict[str, str] = field(default_factory=dict)
+    """field name -> file:line it was read from."""
+
+    @property
+    def signal(self) -> str | None:
+        """The signal's name for a negative exit code, else None."""
+        if self.exitcode is None or self.exitcode >= 0:
+            return None
+        return _SIGNALS.get(-self.exitcode, f"signal {-self.exitcode}")
+
+
+# "  rank      : 1 (local_rank: 1)", "  exitcode  : -9 (pid: 716)" (newer torch adds " (SIGKILL)"), ...
+_FIELD = re.compile(r"^\s{0,4}(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
+_LINE_PREFIX = re.compile(r"^(?:\s*\d+: )?(?:\[(?:default|rank)\d+\]:\s?)?")
+_RANK_VALUE = re.compile(r"(\d+)(?: \(local_rank: (\d+)\))?")
+_EXIT_VALUE = re.compile(r"(-?\d+)(?: \(pid: (\d+)\))?")
+ROOT_CAUSE = "Root Cause (first observed failure):"
+"""torch's heading of the first observed failure (``_MSG_FORMAT_TEMPLATE``)."""
+MAX_FAILURES = 512
+
+
+class TorchrunSummary:
+    """torchrun's failure summaries read a line at a time (several: one per node's agent, or per restart)."""
+
+    def __init__(self) -> None:
+        self.failures: list[TorchrunFailure] = []
+        self._section: str | None = None  # "root", "other" or None (outside a summary)
+        self._current: TorchrunFailure | None = None
+        self._pending: dict[str, str] = {}  # the block's time / host, printed before its rank line
+        self._pending_where: dict[str, str] = {}
+
+    def feed(self, line: str, where: str = "") -> None:
+        text = _LINE_PREFIX.sub("", line, count=1).rstrip()
+        if not text:
+            return
+        if text.startswith(ROOT_CAUSE):
+            self._section, self._current = "root", None
+            return
+        if text.startswith("Failures:"):
+            self._section, self._current = "other", None
+            return
+        if re.fullmatch(r"=+", text):
+            self._section, self._current = None, None
+            return
+        m = _FIELD.match(text)
+        if not m:
+            return
+        key, value = m.group(1), m.group(2).strip()
+        if key == "rank":
+            if not (v := _RANK_VALUE.match(value)) or len(self.failures) >= MAX_FAILURES:
+                self._current = None
+                return
+            self._current = TorchrunFailure(v.group(1), v.group(2) or "", root=self._section == "root")
+            self._current.where["rank"] = where
+            self._current.host, self._current.time = self._pending.get("host", ""), self._pending.get("time", "")
+            self._current.where.update(self._pending_where)
+            self._pending, self._pending_where = {}, {}
+            self.failures.append(self._current)
+            return
+        if key in ("time", "host"):  # printed before the rank line of their block, inside a summary only
+            if self._section is None:
+                return
+            if key == "time":
+                self._pending, self._pending_where = {}, {}
+            self._pending[key], self._pending_where[key] = value, where
+            return
+        f = self._current
+        if f is None or key in f.where:
+            return
+        f.where[key] = where
+        if key == "exitcode" and (v := _EXIT_VALUE.match(value)):
+            f.exitcode, f.pid = int(v.group(1)), v.group(2) or ""
+        elif key == "error_file":
+            f.error_file = value
+        elif key == "traceback":
+            f.traceback = value[:300]
+
+    def roots(self) -> list[TorchrunFailure]:
+        """The root-cause blocks, a rank that failed by itself first (an exit code above 0, a signal it raised, or
+        SIGKILL from outside) before ranks torchrun terminated (SIGTERM / SIGINT / SIGHUP), then in log order."""
+        roots = [f for f in self.failures if f.root and f.exitcode is not None]
+        return sorted(roots, key=lambda f: f.signal in _TERMINATED)
+
+
+_TERMINATED = ("SIGTERM", "SIGINT", "SIGHUP")
+
+
+def torchrun_failures(text: str) -> list[TorchrunFailure]:
+    """Every block of torchrun's failure summaries in ``text``."""
+    summary = TorchrunSummary()
+    for number, line in enumerate(text.splitlines(), 1):
+        summary.feed(line, str(number))
+    return summary.failures
+
+
 def _torchrun_exitcodes(text: str) -> dict[str, int]:
     """rank -> exit code from torchrun's failure summary ("rank : 0 (local_rank: 0)" / "exitcode : -11")."""
-    codes = {}
-    for m in re.finditer(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", text):
-        codes[m.group(1)] = int(m.group(2))
-    return codes
+    return {f.rank: f.exitcode for f in torchrun_failures(text) if f.exitcode is not None}
 
 
 def rank_crashes(logs: dict[str, str]) -> list[RankCrash]:

@@ -24,7 +24,9 @@ C++/CUDA check of Transformer Engine, DeepEP (V1 and V2), HybridEP, NVSHMEM or t
 from the line its macro prints (``native_checks``). Transformer Engine's attention-backend lines say when it ran attention unfused, found
 no backend, or disabled the FP8 attention asked for, with the reasons it logged (``attention_backends``). A NaN/Inf
 found by MCore names the rank and iteration. Stacks ``py-spy dump`` printed say where each rank waits and which rank
-differs from the others (``pyspy``).
+differs from the others (``pyspy``). torchrun's failure summary names the root-cause rank, host and exit
+code; a Slurm time limit is judged against the iteration lines before it; Slurm's OOM kills, node failures and c10d's
+store errors get their job, node, port and address (``launcher``).
 Findings are ranked: specific before generic, then by confidence, then by how many lines matched.
 Two or more PATHs that each hold iteration lines are also compared as runs (first = reference): a
 candidate not faster than the reference is a no-speed-up finding, with the reasons the facts give;
@@ -43,7 +45,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import (attention_backends, attribute_errors, collective_stacks, crashes, flight_recorder, memory, native_checks, prediction, pyspy,
+from . import (attention_backends, attribute_errors, collective_stacks, crashes, flight_recorder, launcher, memory, native_checks,
+               prediction, pyspy,
                schedule, timeouts, upstream_checks, upstream_fallbacks)
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
@@ -82,6 +85,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     fell_back = upstream_fallbacks.FallbackLines()
     out_of_memory = memory.OutOfMemory()
     attention = attention_backends.AttentionBackends()
+    launched = launcher.LauncherLines()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -107,6 +111,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             fell_back.feed(text, where)
             out_of_memory.feed(text, where)
             attention.feed(text, where, rank)
+            launched.feed(text, where, rank or src.rank)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -133,6 +138,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _attribute_errors(missing_attrs, findings)
     _fallbacks(fell_back, findings)
     _crashes(crash_text, finding)
+    launched.details(findings, series)
     _facts(ev, sigs, finding, diagnosis)
     _watchdog(ev, finding, diagnosis)
     _flight_recorder(ev, finding, diagnosis, stacks)
@@ -241,10 +247,14 @@ def _nan_iteration(findings: dict[str, Finding]) -> None:
             f.detail.append(f"rank {m.group(1)}: {m.group(3)} at iteration {m.group(2)} ({m.group(4)})")
 
 
+_NOT_STUCK = ("progress-stalled", "slurm-time-limit-too-short", "slurm-cancelled")
+"""Hang-class findings that get no hang details: the watchdog's own, a time limit hit while steady, a cancel."""
+
+
 def _hang_layer(ev: Evidence, findings: dict[str, Finding]) -> None:
     """A hang names the MoE layer each rank was last in when a watchdog stall event carries it, and says
     that the layer is not in the evidence otherwise (frames and flight-recorder entries do not carry it)."""
-    hangs = [f for f in findings.values() if f.signature.symptom == "hang" and f.signature.id != "progress-stalled"]
+    hangs = [f for f in findings.values() if f.signature.symptom == "hang" and f.signature.id not in _NOT_STUCK]
     if not hangs:
         return
     layers = [f"rank {e.get('rank')}: MoE layer {e['moe_position'].get('layer')}"
@@ -352,7 +362,7 @@ def _hang_step(ev: Evidence, series: IterationSeries, stacks: collective_stacks.
     """A hang says the step the ranks wait in (the iteration after the last one logged), where each rank
     waits when torch's NCCL watchdog printed the stack of its timed-out collective, and that the
     faulthandler stacks are not in the evidence when their files are empty."""
-    hangs = [f for f in findings.values() if f.signature.symptom == "hang" and f.signature.id != "progress-stalled"]
+    hangs = [f for f in findings.values() if f.signature.symptom == "hang" and f.signature.id not in _NOT_STUCK]
     if not hangs:
         return
     last = max(series.numbers) if len(series) else None

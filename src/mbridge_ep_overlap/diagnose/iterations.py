@@ -9,7 +9,10 @@ MB's ``iteration N/ M |`` head and ``elapsed time per iteration (ms): X``; the o
 line when its average is not >= 0, i.e. when it is NaN. The first line for an iteration number wins
 (a torchrun tee and a per-rank file of the same run repeat each other).
 
-Memory: per iteration, six numbers in ``array`` columns (48 bytes), whatever the size of the log; the
+MB starts the line with the wall-clock time it was logged at (``[%Y-%m-%d %H:%M:%S]``): kept as seconds since the
+epoch (``stamps``, NaN where a line has none); ``total`` is the last ``train_iters`` a head named (0 before any).
+
+Memory: per iteration, seven numbers in ``array`` columns (56 bytes), whatever the size of the log; the
 anomalies are found while reading, against a window of the last ``WINDOW`` values, and keep the
 file:line they were read from.
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import time
 import re
 import statistics
 from array import array
@@ -39,7 +43,8 @@ GRAD_NORM_BLOWUP = 100.0
 GRAD_NORM_ABSOLUTE = 1.0e4
 LOSS_SPIKE = 1.5
 
-_HEAD = re.compile(r"\biteration\s+([0-9]{1,18})/\s*[0-9]{1,18}\s*\|")
+_HEAD = re.compile(r"\biteration\s+([0-9]{1,18})/\s*([0-9]{1,18})\s*\|")
+_STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]\s*$")
 _MS = re.compile(r"elapsed time per iteration \(ms\): ([^\s|]+)")
 _LOSS = re.compile(r"\blm loss: ([^\s|]+)")
 _GRAD = re.compile(r"\bgrad norm: ([^\s|]+)")
@@ -63,6 +68,17 @@ def number(text: str) -> float:
         return math.nan  # reported as an anomaly with the text as logged
 
 
+def _stamp(before: str) -> float:
+    """MB's ``[YYYY-MM-DD HH:MM:SS]`` just before the iteration head, as epoch seconds (local time); NaN without."""
+    m = _STAMP.search(before)
+    if not m:
+        return math.nan
+    try:
+        return time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"))
+    except (ValueError, OverflowError):
+        return math.nan
+
+
 @dataclass
 class IterationSeries:
     numbers: array = field(default_factory=lambda: array("q"))
@@ -71,6 +87,9 @@ class IterationSeries:
     grad_norm: array = field(default_factory=lambda: array("d"))
     skipped: array = field(default_factory=lambda: array("q"))
     nan: array = field(default_factory=lambda: array("q"))
+    stamps: array = field(default_factory=lambda: array("d"))
+    """When MB logged the line (seconds since the epoch, local time), NaN without a time."""
+    total: int = 0
     anomalies: list[Anomaly] = field(default_factory=list)
     _losses: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
     _grads: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
@@ -92,8 +111,10 @@ class IterationSeries:
         grad = number(grad_m.group(1)) if grad_m else math.nan
         skipped = int(skipped_m.group(1)) if skipped_m else 0
         nans = int(nan_m.group(1)) if nan_m else 0
+        self.total = int(head.group(2))
+        stamp = _stamp(line[max(0, head.start() - 40):head.start()])
         for column, value in ((self.numbers, iteration), (self.ms, number(ms.group(1))), (self.loss, loss),
-                              (self.grad_norm, grad), (self.skipped, skipped), (self.nan, nans)):
+                              (self.grad_norm, grad), (self.skipped, skipped), (self.nan, nans), (self.stamps, stamp)):
             column.insert(at, value)
         self._check(iteration, loss_m.group(1) if loss_m else None, loss, grad_m, grad, skipped, nans, where)
         return True

@@ -41,7 +41,7 @@ def github_blob(at: str, path: str) -> str:
 
 FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "crash", "runs", "upstream-source",
             "native-check", "traceback", "attention-backend",
-            "attribute-error", "py-spy")
+            "attribute-error", "py-spy", "launcher")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,7 +91,9 @@ class Signature:
     installed source: who sets the attribute, and what reads it first; or one across a package boundary: Megatron
     code reading another package's object, a name another package's module lacks, ``diagnose.attribute_errors``),
     "py-spy" (the stacks ``py-spy dump`` printed for each process of a stuck job:
-    where each waits, and which is not where the others are, ``diagnose.pyspy``)."""
+    where each waits, and which is not where the others are, ``diagnose.pyspy``),
+    "launcher" (torchrun's failure summary: the root-cause rank, its host and exit code, and the verdict on a Slurm
+    time limit from the iteration lines before it, ``diagnose.launcher``)."""
     facts_pass: Callable[[dict], bool | None] | None = field(default=None, compare=False)
     """From a rank's effective facts (``base.run_files.FACT_KEYS``): False when they show this failure's
     condition (which is then what ``rule`` refuses), True when they rule it out, None where they do not say.
