@@ -18,7 +18,10 @@ frame (``raise_frames``; an ``assert`` line of another package by that line); an
 or module of that source says who sets the attribute and what reads it first (``attribute_errors``: an
 initialisation-order chain, or a name the installed version lacks), one across a package boundary names the
 Megatron frame that reads another package's object and that package, or the module of another package that lacks
-a name and who expects it (``foreign_attributes``); a fallback warning of
+a name and who expects it (``foreign_attributes``); an ``ImportError`` / ``ModuleNotFoundError`` says which file
+imports the name or module, whether the copy installed here has it, where the installed Megatron references it and the
+requirement the importing distribution states (a version pair; a circular import or a package not installed told
+apart, ``import_errors``); a fallback warning of
 that source no hand-written signature names is found there too (``upstream_fallbacks``); a failed
 C++/CUDA check of Transformer Engine, DeepEP (V1 and V2), HybridEP, NVSHMEM or torch's NCCL wrapper is named
 from the line its macro prints (``native_checks``). Transformer Engine's attention-backend lines say when it ran attention unfused, found
@@ -45,9 +48,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import (attention_backends, attribute_errors, collective_stacks, crashes, flight_recorder, launcher, memory, native_checks,
-               prediction, pyspy,
-               schedule, timeouts, upstream_checks, upstream_fallbacks)
+from . import (attention_backends, attribute_errors, collective_stacks, crashes, flight_recorder, import_errors, launcher, memory,
+               native_checks, prediction, pyspy, schedule, timeouts, upstream_checks, upstream_fallbacks)
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -78,6 +80,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     series = IterationSeries()
     raised = upstream_checks.RaisedErrors()
     missing_attrs = attribute_errors.AttributeErrors()
+    failed_imports = import_errors.ImportErrors()
     natives = native_checks.NativeChecks()
     stacks = collective_stacks.CollectiveStacks()
     spied = pyspy.PySpyDumps()
@@ -104,6 +107,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             series.feed(text, where)
             raised.feed(text, where)
             missing_attrs.feed(text, where)
+            failed_imports.feed(text, where)
             natives.feed(text, where)
             stacks.feed(text, where)
             spied.feed(text, where)
@@ -136,6 +140,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
         findings.setdefault(f.signature.id, f)
     _upstream(raised, findings)
     _attribute_errors(missing_attrs, findings)
+    _import_errors(failed_imports, findings)
     _fallbacks(fell_back, findings)
     _crashes(crash_text, finding)
     launched.details(findings, series)
@@ -207,6 +212,14 @@ def _attribute_errors(missing: attribute_errors.AttributeErrors, findings: dict[
     named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
     fresh = [e for e in missing.errors if not any(e.line[:120] in line for line in named)]
     for f in attribute_errors.findings(fresh):
+        findings.setdefault(f.signature.id, f)
+
+
+def _import_errors(failed: import_errors.ImportErrors, findings: dict[str, Finding]) -> None:
+    """The ImportErrors / ModuleNotFoundErrors no hand-written signature names (deepep-not-installed and the like)."""
+    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
+    fresh = [e for e in failed.errors if not any(e.line[:120] in line for line in named)]
+    for f in import_errors.findings(fresh):
         findings.setdefault(f.signature.id, f)
 
 

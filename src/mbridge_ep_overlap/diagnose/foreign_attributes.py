@@ -280,10 +280,13 @@ def _derived(e: AttributeErrorLine, read: _Read, rel: str, frame, version: str, 
 
 def megatron_references(module: str, name: str) -> list[tuple[str, int, str]]:
     """(file, line, the line) where the installed Megatron source uses ``module.name``."""
-    top = module.split(".")[0]
+    parent, _, last = module.rpartition(".")
+    word, part = re.compile(rf"\b{re.escape(name)}\b"), re.compile(rf"\b{re.escape(last)}\b")
     out = []
     for rel, source in upstream_source.sources():
-        if name not in source or top not in source or (tree := upstream_source._tree(rel)) is None:
+        # a file that uses module.name spells name, and the module whole or its parent and last part (an alias)
+        if name not in source or not (module in source or parent and parent in source and part.search(source)) \
+                or not word.search(source) or (tree := upstream_source._tree(rel)) is None:
             continue
         imported = class_source._imports(rel)
         rows = source.splitlines()

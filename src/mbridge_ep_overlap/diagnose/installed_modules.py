@@ -14,10 +14,18 @@ top-level package is), ``path`` and ``rel`` (the path below its site directory, 
 defined under) of what a module's top level defines (a ``def``, a ``class``, an assignment, an import).
 ``opaque(tree)``: why the source does not list every name the module has at run time (a ``from X import *``, a
 module ``__getattr__``, ``globals()`` at module level), or ''. ``submodule(located, name)``: whether NAME is a module file of that package.
-``version(module)``: 'DIST VERSION' of the distribution that installs the module's top-level package, or ''.
+``version(module)``: 'DIST VERSION' of the distribution that installs the module's top-level package, or ''
+(``dists(module)``: those distributions; ``version_of(dist)``: its version).
 ``megatron_requires(module)``: the ``Requires-Dist`` lines of the installed megatron-core / megatron-bridge on that
 distribution (by the distribution's name, or the module's with ``_`` as ``-``), each with the package that
-states it. Cached; never raises.
+states it. ``site_relative(path)``: a file's path below its site directory (after ``site-packages/`` or
+``dist-packages/``; in a source tree, from the first folder an installed distribution has), or ''.
+``distribution_of(rel)``: the installed distribution whose files hold that path's folder (the one with the longest
+shared folder among those that install its top-level name), or ''. ``requirement_on(dist, module)``: the
+``Requires-Dist`` lines of the installed ``dist`` on the distribution of ``module``; ``pinned(line)``: whether one
+bounds the version, ``pin_words(line)``: it in words (no version pinned, its marker). ``elsewhere(dotted)``: the
+other modules of the same top-level package named as the last part of ``dotted`` (a module moved or renamed),
+from a bounded walk of its folders. Cached; never raises.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import ast
 import functools
 import importlib.machinery
 import importlib.util
+import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -167,6 +176,11 @@ def _dists(module: str) -> list[str]:
     return list(dict.fromkeys(_distributions().get(module.split(".")[0], [])))
 
 
+def dists(module: str) -> list[str]:
+    """The installed distributions that install the module's top-level name."""
+    return _dists(module)
+
+
 def version(module: str) -> str:
     for dist in _dists(module):
         try:
@@ -195,8 +209,107 @@ def megatron_requires(module: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def version_of(dist: str) -> str:
+    return _version_of(dist)
+
+
 def _version_of(dist: str) -> str:
     try:
         return metadata.version(dist)
     except (metadata.PackageNotFoundError, ValueError):
         return "version unknown"
+
+
+@functools.lru_cache(maxsize=256)
+def site_relative(path: str) -> str:
+    p = path.replace("\\", "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in p:
+            return p.rsplit(marker, 1)[1]
+    parts = [x for x in p.split("/") if x]
+    for i, part in enumerate(parts[:-1]):
+        if part in _distributions() and distribution_of("/".join(parts[i:])):
+            return "/".join(parts[i:])
+    return ""
+
+
+@functools.lru_cache(maxsize=64)
+def _folders(dist: str) -> frozenset[str]:
+    try:
+        files = metadata.distribution(dist).files or []
+    except Exception:  # noqa: BLE001 - a broken distribution's metadata: no files known
+        return frozenset()
+    return frozenset(str(f.parent).replace("\\", "/") for f in files if not str(f).startswith(".."))
+
+
+@functools.lru_cache(maxsize=256)
+def distribution_of(rel: str) -> str:
+    parts = rel.replace("\\", "/").split("/")
+    top = parts[0].removesuffix(".py")
+    if not _NAME.fullmatch(top):
+        return ""
+    best, best_depth = "", 0
+    for dist in _dists(top):
+        folders = _folders(dist)
+        depth = next((d for d in range(len(parts) - 1, 0, -1) if "/".join(parts[:d]) in folders), 0)
+        if depth == 0 and len(parts) == 1 and "." in folders:
+            depth = 1  # a top-level module file
+        if depth > best_depth:
+            best, best_depth = dist, depth
+    return best
+
+
+def _pinned(requirement: str) -> bool:
+    return bool(re.search(r"[<>=~!]", requirement.split(";")[0]))
+
+
+@functools.lru_cache(maxsize=64)
+def requirement_on(dist: str, module: str) -> tuple[str, ...]:
+    """The ``Requires-Dist`` lines of ``dist`` on the distribution of ``module`` (its extras' lines last)."""
+    if not dist:
+        return ()
+    wanted = {_normal(d) for d in _dists(module)} | {_normal(module.split(".")[0])}
+    if located := distribution_of(locate(module).rel) if locate(module).kind == "source" else "":
+        wanted = {_normal(located)}
+    try:
+        requires = metadata.requires(dist) or []
+    except (metadata.PackageNotFoundError, ValueError):
+        return ()
+    out = [r for r in requires if (m := re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", r)) and _normal(m.group(0)) in wanted]
+    return tuple(sorted(dict.fromkeys(out), key=lambda r: "extra ==" in r))
+
+
+def pin_words(requirement: str) -> str:
+    """'megatron-core==0.19.2' -> itself; 'megatron-core[dev]' -> 'megatron-core[dev] (no version pinned)'; a
+    marker after: 'pkg[extra] (no version pinned) when extra == "x"'."""
+    req, _, marker = (x.strip() for x in requirement.partition(";"))
+    return (req if _pinned(req) else f"{req} (no version pinned)") + (f" when {marker}" if marker else "")
+
+
+def pinned(requirement: str) -> bool:
+    """Whether a ``Requires-Dist`` line bounds the version (its markers aside)."""
+    return _pinned(requirement)
+
+
+MAX_WALK = 20000
+
+
+@functools.lru_cache(maxsize=64)
+def elsewhere(dotted: str, keep: int = 3) -> tuple[str, ...]:
+    parts = dotted.split(".")
+    if len(parts) < 2 or not all(_NAME.fullmatch(p) for p in parts):
+        return ()
+    top = locate(parts[0])
+    out, seen = [], 0
+    for root in top.locations:
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if _NAME.fullmatch(d))
+            seen += len(files) + len(dirs)
+            inner = os.path.relpath(folder, root).replace(os.sep, "/")
+            prefix = parts[0] + ("" if inner == "." else "." + inner.replace("/", "."))
+            if f"{parts[-1]}.py" in files or (parts[-1] in dirs and os.path.isfile(os.path.join(folder, parts[-1], "__init__.py"))):
+                if (found := f"{prefix}.{parts[-1]}") != dotted:
+                    out.append(found)
+            if len(out) >= keep or seen > MAX_WALK:
+                return tuple(out)
+    return tuple(out)

@@ -41,7 +41,7 @@ def github_blob(at: str, path: str) -> str:
 
 FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "crash", "runs", "upstream-source",
             "native-check", "traceback", "attention-backend",
-            "attribute-error", "py-spy", "launcher")
+            "attribute-error", "py-spy", "launcher", "import-error")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,7 +93,10 @@ class Signature:
     "py-spy" (the stacks ``py-spy dump`` printed for each process of a stuck job:
     where each waits, and which is not where the others are, ``diagnose.pyspy``),
     "launcher" (torchrun's failure summary: the root-cause rank, its host and exit code, and the verdict on a Slurm
-    time limit from the iteration lines before it, ``diagnose.launcher``)."""
+    time limit from the iteration lines before it, ``diagnose.launcher``),
+    "import-error" (an ``ImportError`` / ``ModuleNotFoundError``: a name or submodule the run's copy of a package
+    lacks, a circular import, a package not installed, read against what is installed here,
+    ``diagnose.import_errors``)."""
     facts_pass: Callable[[dict], bool | None] | None = field(default=None, compare=False)
     """From a rank's effective facts (``base.run_files.FACT_KEYS``): False when they show this failure's
     condition (which is then what ``rule`` refuses), True when they rule it out, None where they do not say.

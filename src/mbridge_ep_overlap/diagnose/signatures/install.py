@@ -1,5 +1,7 @@
 """Install or build: a backend or kernel the configuration needs is not importable or too old, or was built for
-another torch (its version, its Python API, its C++ ABI)."""
+another torch (its version, its Python API, its C++ ABI). ``IMPORT_NAME_MISSING``, ``CIRCULAR_IMPORT``,
+``SUBMODULE_MISSING`` and ``PACKAGE_NOT_INSTALLED`` are the rows of an ImportError / ModuleNotFoundError read
+against what is installed here (``diagnose.import_errors`` makes one finding per error)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ def _deepep_nvshmem_pairing_ok(facts: dict) -> bool | None:
 SIGNATURES = (
     Signature(
         id="deepep-not-installed", symptom="install",
-        patterns=(r"DeepEP is not installed\. Please install DeepEP package", r"No module named '?deep_ep'?"),
+        patterns=(r"DeepEP is not installed\. Please install DeepEP package", r"No module named '?deep_ep'?(?!\.)"),
         cause="The flex dispatcher with the deepep backend was chosen, but the deep_ep package is not importable "
               "in the training processes.",
         fix="install DeepEP built against this torch/CUDA (and NVSHMEM for internode) in the job's image, "
@@ -240,3 +242,53 @@ SIGNATURES += (
                  "gnu.so: undefined symbol: _ZN18transformer_engine6getenvIiEET_RKSsRKS1_",),
         confidence=0.8, versions="any compiled C++ extension"),
 )
+
+_IMPORTS = "installed:mbridge_ep_overlap/diagnose/import_errors.py"
+_IMPORT_CONFIDENCE = ("50% with the importing frame in the log (for a circular import: the cycle), 40% otherwise; read "
+                      "against the packages installed here (their source and metadata, nothing imported)")
+
+IMPORT_NAME_MISSING = Signature(
+    id="import-name-missing", symptom="install", patterns=(),
+    cause="ImportError: cannot import name 'NAME' from 'PKG.MOD' (PATH): the importing code (the traceback's innermost "
+          "frame: its file:line and the line it prints) was written for a PKG whose MOD has NAME; the run's PKG (at "
+          "PATH) does not: the two packages' versions are not a pair (Megatron-Bridge x Megatron-Core, Megatron-Core x "
+          "Transformer Engine or DeepEP, any package x torch). Read against the copy installed here: whether its MOD "
+          "defines NAME (and its nearest names), where the installed Megatron source references PKG.MOD.NAME, and the "
+          "distribution the importing file belongs to. The importing file and MOD of one distribution: the run mixes "
+          "two versions' files.",
+    fix="install the PKG version the importing package pins (its Requires-Dist, as the finding quotes it: whether it "
+        "pins a version), or an importing package that matches the run's PKG",
+    source=_IMPORTS, emitted=(), confidence=0.5, found_by="import-error", versions=_IMPORT_CONFIDENCE)
+
+CIRCULAR_IMPORT = Signature(
+    id="circular-import", symptom="install", patterns=(),
+    cause="ImportError: cannot import name 'NAME' from partially initialized module 'PKG.MOD' (most likely due to a "
+          "circular import): not a version mismatch. MOD was still running its own imports when a module it imports "
+          "(directly or through others) imported NAME from it; the cycle is the traceback's frames from the first one "
+          "in MOD's file to the importing one.",
+    fix="break the cycle: import NAME inside the function that uses it (or import the module and read MOD.NAME at use "
+        "time), or move what both modules need into a third module",
+    source=_IMPORTS, emitted=(), confidence=0.5, found_by="import-error", versions=_IMPORT_CONFIDENCE)
+
+SUBMODULE_MISSING = Signature(
+    id="submodule-missing", symptom="install", patterns=(),
+    cause="ModuleNotFoundError: No module named 'PKG.SUB' (Python names the first part it cannot find, so the run "
+          "imported PKG): the importing code was written for a version of PKG that has SUB (moved, renamed or added "
+          "in another release): the two packages' versions are not a pair. '; PKG is not a package': the run's PKG is "
+          "a module file where another version has a package. Whether the copy installed here has SUB, where else "
+          "its package has a module of that name, and the installed Megatron lines that import it are read.",
+    fix="install the PKG version the importing package pins, or an importing package that matches the run's PKG; "
+        "import the module from where the run's PKG has it",
+    source=_IMPORTS, emitted=(), confidence=0.5, found_by="import-error", versions=_IMPORT_CONFIDENCE)
+
+PACKAGE_NOT_INSTALLED = Signature(
+    id="package-not-installed", symptom="install", patterns=(),
+    cause="ModuleNotFoundError: No module named 'PKG': PKG is not installed in the run's environment at all (DeepEP "
+          "has a row of its own, deepep-not-installed). The finding names the file that imports it, the distribution "
+          "that file belongs to, and the requirement on PKG of that distribution and of the installed Megatron-Core / "
+          "Megatron-Bridge.",
+    fix="install PKG (the release the importing package requires) in the job's environment, or avoid the feature "
+        "that imports it",
+    source=_IMPORTS, emitted=(), confidence=0.5, found_by="import-error", versions=_IMPORT_CONFIDENCE)
+
+SIGNATURES += (IMPORT_NAME_MISSING, CIRCULAR_IMPORT, SUBMODULE_MISSING, PACKAGE_NOT_INSTALLED)
