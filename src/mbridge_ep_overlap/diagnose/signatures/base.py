@@ -41,7 +41,7 @@ def github_blob(at: str, path: str) -> str:
 
 FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "crash", "runs", "upstream-source",
             "native-check", "traceback", "attention-backend",
-            "attribute-error")
+            "attribute-error", "runtime-error")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,7 +89,10 @@ class Signature:
     "attention-backend" (Transformer Engine's attention-backend choice and its reasons, ``diagnose.attention_backends``),
     "attribute-error" (an ``AttributeError`` on a Megatron-Core / Megatron-Bridge class or module, read against the
     installed source: who sets the attribute, and what reads it first; or one across a package boundary: Megatron
-    code reading another package's object, a name another package's module lacks, ``diagnose.attribute_errors``)."""
+    code reading another package's object, a name another package's module lacks, ``diagnose.attribute_errors``),
+    "runtime-error" (what the CUDA runtime, a kernel's device-side assert, cuBLAS or NCCL prints when a kernel or a
+    library call fails, read with the enum, status or result it names and the frames and torchrun summary around
+    it, ``diagnose.runtime_errors``)."""
     facts_pass: Callable[[dict], bool | None] | None = field(default=None, compare=False)
     """From a rank's effective facts (``base.run_files.FACT_KEYS``): False when they show this failure's
     condition (which is then what ``rule`` refuses), True when they rule it out, None where they do not say.
