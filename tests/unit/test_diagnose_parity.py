@@ -23,6 +23,7 @@ from mbridge_ep_overlap.diagnose.signatures import SYMPTOMS, all_signatures
 from mbridge_ep_overlap.diagnose.signatures.base import FOUND_BY
 from mbridge_ep_overlap.diagnose.signatures.build import ASSEMBLED, TRIGGERED
 from mbridge_ep_overlap.diagnose.signatures.launch import SLURM_BINARY, STORE_TRIGGERED
+from mbridge_ep_overlap.diagnose.signatures.runtime import CHECKED
 
 SITE = Path(__import__("megatron.core").core.__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent / "fixtures" / "failure_reports"
@@ -92,7 +93,8 @@ def _installed(sig) -> Path:
 
 INSTALLED = [s for s in SIGS if s.source.startswith("installed:") and s.emitted and "python3" not in s.source
              and TRIGGERED not in s.source and ASSEMBLED not in s.source  # those: checked in test_diagnose_build
-             and SLURM_BINARY not in s.source and STORE_TRIGGERED not in s.source]  # those: in test_diagnose_launcher
+             and SLURM_BINARY not in s.source and STORE_TRIGGERED not in s.source  # those: in test_diagnose_launcher
+             and CHECKED not in s.source]  # and those in test_diagnose_runtime_errors
 
 
 @pytest.mark.parametrize("sig", INSTALLED, ids=lambda s: s.id)
@@ -311,12 +313,18 @@ def _read_by(sig) -> tuple[re.Pattern, ...]:
     if sig.patterns:
         return sig.compiled()
     from mbridge_ep_overlap.diagnose import attention_backends
+    from mbridge_ep_overlap.diagnose.signatures.runtime import IBV_WC_NAMES, IBV_WC_STATUS
+
+    def ib_status(s):  # the ibv_wc_status names the runtime-error reader maps to the row (any other: the generic one)
+        names = [n for n in IBV_WC_NAMES if IBV_WC_STATUS.get(n, (0, "nccl-ib-completion-error"))[1] == s.id]
+        return tuple(re.compile(rf"\b{n}\b") for n in names)
 
     from mbridge_ep_overlap.diagnose import pyspy
 
     readers = {"attention-backend": lambda s: tuple(re.compile(re.escape(attention_backends.HEADS[k]))
                                                     for k in attention_backends.READS[s.id]),
-               "py-spy": lambda s: tuple(re.compile(re.escape(f)) for f in pyspy.FORMATS)}
+               "py-spy": lambda s: tuple(re.compile(re.escape(f)) for f in pyspy.FORMATS),
+               "runtime-error": ib_status}
     return readers[sig.found_by](sig)
 
 

@@ -24,12 +24,15 @@ requirement the importing distribution states (a version pair; a circular import
 apart, ``import_errors``); a fallback warning of
 that source no hand-written signature names is found there too (``upstream_fallbacks``); a failed
 C++/CUDA check of Transformer Engine, DeepEP (V1 and V2), HybridEP, NVSHMEM or torch's NCCL wrapper is named
-from the line its macro prints (``native_checks``). Transformer Engine's attention-backend lines say when it ran attention unfused, found
-no backend, or disabled the FP8 attention asked for, with the reasons it logged (``attention_backends``). A NaN/Inf
-found by MCore names the rank and iteration. Stacks ``py-spy dump`` printed say where each rank waits and which rank
-differs from the others (``pyspy``). torchrun's failure summary names the root-cause rank, host and exit
-code; a Slurm time limit is judged against the iteration lines before it; Slurm's OOM kills, node failures and c10d's
-store errors get their job, node, port and address (``launcher``).
+from the line its macro prints (``native_checks``); a CUDA runtime error, a kernel's device-side assert, a cuBLAS
+status or an NCCL error (torch's text, NCCL's WARN lines, an InfiniBand completion status) by the enum it names,
+with the kernel, the frames and torchrun's root-cause rank (``runtime_errors``). Transformer Engine's
+attention-backend lines say when it ran attention unfused, found no backend, or disabled the FP8 attention asked
+for, with the reasons it logged (``attention_backends``). A NaN/Inf found by MCore names the rank and iteration.
+Stacks ``py-spy dump`` printed say where each rank waits and which rank differs from the others (``pyspy``).
+torchrun's failure summary names the root-cause rank, host and exit code; a Slurm time limit is judged against the
+iteration lines before it; Slurm's OOM kills, node failures and c10d's store errors get their job, node, port and
+address (``launcher``).
 Findings are ranked: specific before generic, then by confidence, then by how many lines matched.
 Two or more PATHs that each hold iteration lines are also compared as runs (first = reference): a
 candidate not faster than the reference is a no-speed-up finding, with the reasons the facts give;
@@ -49,7 +52,7 @@ from typing import BinaryIO
 
 from ..base import run_files
 from . import (attention_backends, attribute_errors, collective_stacks, crashes, flight_recorder, import_errors, launcher, memory,
-               native_checks, prediction, pyspy, schedule, timeouts, upstream_checks, upstream_fallbacks)
+               native_checks, prediction, pyspy, runtime_errors, schedule, timeouts, upstream_checks, upstream_fallbacks)
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -89,6 +92,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     out_of_memory = memory.OutOfMemory()
     attention = attention_backends.AttentionBackends()
     launched = launcher.LauncherLines()
+    runtime = runtime_errors.RuntimeErrors()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -116,6 +120,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             out_of_memory.feed(text, where)
             attention.feed(text, where, rank)
             launched.feed(text, where, rank or src.rank)
+            runtime.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -138,6 +143,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _native(natives, ev, findings)
     for f in pyspy.findings(spied):
         findings.setdefault(f.signature.id, f)
+    _runtime(runtime, findings)
     _upstream(raised, findings)
     _attribute_errors(missing_attrs, findings)
     _import_errors(failed_imports, findings)
@@ -236,6 +242,15 @@ def _native(natives: native_checks.NativeChecks, ev: Evidence, findings: dict[st
     fresh = [c for c in natives.checks if not any(c[2][:120] in line for line in named)]
     chain = tuple(c[0].library for c in natives.checks if c not in fresh and c[0].library == "nvshmem")
     for f in native_checks.findings(fresh, ev.facts, chain):
+        findings.setdefault(f.signature.id, f)
+
+
+def _runtime(runtime: runtime_errors.RuntimeErrors, findings: dict[str, Finding]) -> None:
+    """CUDA runtime errors, device-side asserts, cuBLAS status and NCCL errors no hand-written signature names (torch's
+    NCCL check, named as a native check, is read here too: for its ncclResult_t and NCCL's last error)."""
+    named = [e for f in findings.values() if not f.signature.generic and not f.signature.id.startswith("native-check:nccl:")
+             for e in f.evidence]
+    for f in runtime_errors.findings(runtime, named):
         findings.setdefault(f.signature.id, f)
 
 

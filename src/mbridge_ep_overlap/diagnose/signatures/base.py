@@ -41,7 +41,7 @@ def github_blob(at: str, path: str) -> str:
 
 FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "crash", "runs", "upstream-source",
             "native-check", "traceback", "attention-backend",
-            "attribute-error", "py-spy", "launcher", "import-error")
+            "attribute-error", "py-spy", "launcher", "import-error", "runtime-error")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,7 +96,10 @@ class Signature:
     time limit from the iteration lines before it, ``diagnose.launcher``),
     "import-error" (an ``ImportError`` / ``ModuleNotFoundError``: a name or submodule the run's copy of a package
     lacks, a circular import, a package not installed, read against what is installed here,
-    ``diagnose.import_errors``)."""
+    ``diagnose.import_errors``),
+    "runtime-error" (what the CUDA runtime, a kernel's device-side assert, cuBLAS or NCCL prints when a kernel or a
+    library call fails, read with the enum, status or result it names and the frames and torchrun summary around
+    it, ``diagnose.runtime_errors``)."""
     facts_pass: Callable[[dict], bool | None] | None = field(default=None, compare=False)
     """From a rank's effective facts (``base.run_files.FACT_KEYS``): False when they show this failure's
     condition (which is then what ``rule`` refuses), True when they rule it out, None where they do not say.
