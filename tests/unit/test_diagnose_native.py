@@ -280,3 +280,42 @@ def test_hybridep_cuda_check_line_reaches_the_reader():
     line = hybrid_ep_cuda_check("/opt/DeepEP/csrc/hybrid_ep/hybrid_ep.cu", 310, "cudaMalloc(&p, n)",
                                 "cudaErrorMemoryAllocation", "out of memory")
     assert run(line + "\n").cause_ids[0] == "native-check:deep-ep:csrc/hybrid_ep/hybrid_ep.cu:310"
+
+
+# ---- a CUDA check's error read with its meaning -----------------------------------------------------------------------
+def _cuda_text(name: str) -> str:
+    from mbridge_ep_overlap.diagnose.signatures.runtime import CUDA_ERRORS  # texts checked against libcudart there
+    return CUDA_ERRORS[name][1]
+
+
+def test_a_deepep_cuda_error_wrapped_onto_the_next_line_is_read_joined():
+    head, _, tail = ep_exception("CUDA", "/ws/DeepEP/csrc/deep_ep.cpp", 200,
+                                 _cuda_text("cudaErrorPeerAccessUnsupported")).partition(" '")
+    d = run(f"RuntimeError: {head}\n'{tail}\nsome other line\n")
+    top = d.findings[0]
+    assert top.signature.id == "native-check:deep-ep:csrc/deep_ep.cpp:200"
+    assert "cudaErrorPeerAccess" in top.signature.cause and "every pair of GPUs of a node" in top.signature.cause
+    assert "the CUDA error: cuda-peer-access (cudaErrorPeerAccessUnsupported)" in top.detail
+    assert top.signature.fix.startswith("check `nvidia-smi topo -m`")
+
+
+def test_a_quote_line_after_another_line_is_not_joined():
+    d = run("RuntimeError: something failed at step 3\n'peer access is not supported between these two devices'\n")
+    assert not any(f.signature.id.startswith("native-check:") for f in d.findings)
+
+
+@pytest.mark.parametrize("name", ["cudaErrorIllegalAddress", "cudaErrorMemoryAllocation", "cudaErrorPeerAccessUnsupported"])
+def test_a_cuda_check_names_the_error_and_its_row(name):
+    from mbridge_ep_overlap.diagnose.signatures.runtime import CUDA_ERRORS
+
+    c = native_checks.parse(ep_exception("CUDA", "/x/csrc/kernels/intranode.cu", 12, _cuda_text(name)))
+    assert native_checks._cuda_name(c) == name
+    assert native_checks._cuda_meaning(c).id == CUDA_ERRORS[name][2]
+    hybrid = native_checks.parse(hybrid_ep_cuda_check("/x/csrc/hybrid_ep/x.cu", 7, "cudaMalloc(&p, n)", name,
+                                                      _cuda_text(name)))
+    assert native_checks._cuda_name(hybrid) in ("", name)  # HybridEP's Reason carries the name when it prints one
+
+
+def test_an_assertion_check_gets_no_cuda_meaning():
+    c = native_checks.parse(ep_exception("Assertion", "/x/csrc/deep_ep.cpp", 5, "num_ranks <= 8"))
+    assert native_checks._cuda_name(c) == "" and native_checks._cuda_meaning(c) is None

@@ -223,3 +223,47 @@ def test_an_mb_validation_error_is_found_in_mb_source():
     rel = "megatron/" + frame.filename.split("/megatron/", 1)[1]
     match = upstream_source.find(str(info.value), rel, frame.lineno)
     assert match and match.exact and match.check.where == f"{rel}:{frame.lineno}"
+
+
+# ---- an error printed as its repr, Ray's suffix, a check the installed version only warns about -----------------------
+def _warned_sites(limit: int = 6) -> list[upstream_source.Check]:
+    """warnings.warn sites of the installed MCore with a whole literal message no check raises."""
+    rels = [rel for rel, text in upstream_source.sources() if rel.startswith("megatron/core/") and "warnings.warn(" in text]
+    out = []
+    for rel in rels:
+        for c in upstream_source.file_warnings(rel):
+            if "..." not in c.literal and len(c.literal) > 40 and c.condition != "(unconditional)":
+                found = upstream_source.find(c.literal)
+                if found and found.check == c:
+                    out.append(c)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def test_warned_sites_are_read_from_the_installed_source():
+    sites = _warned_sites()
+    assert len(sites) >= 3
+    assert all(s.kind == upstream_source.WARNED for s in sites)
+
+
+def test_a_raised_message_the_installed_version_only_warns_about_is_named_at_the_warning():
+    site = _warned_sites(1)[0]
+    d = run(f"ValueError: {site.literal}\n")
+    top = d.findings[0]
+    assert top.signature.id == f"upstream-check:{site.where}"
+    assert "only warns" in top.signature.cause and site.condition in top.signature.cause
+    assert f"upstream warning: {site.where} (warnings.warn): avoided when {site.condition}" in top.detail
+
+
+def test_an_error_printed_as_its_repr_inside_another_line_and_ray_repeats_are_read():
+    line = ("megatron.bridge.utils.instantiate_utils.InstantiationException: Error in call to target 'x.Provider': "
+            "[repeated 7x across cluster]\n")
+    err, rel, lineno, _ = trigger(BAD[0])
+    d = run(line + f"{type(err).__name__}({str(err)!r}) [repeated 7x across cluster]\n")
+    assert d.findings and d.findings[0].signature.id == f"upstream-check:{rel}:{lineno}"
+
+
+def test_a_repr_of_an_unrelated_error_names_no_check():
+    assert not [f for f in run("RuntimeError('the weather station is offline today')\n").findings
+                if f.signature.id.startswith("upstream-check:")]

@@ -29,6 +29,10 @@ Contract
   `COND' failed.`` (the ``FILE:LINE:`` may be wrapped onto the line before), its library read from the
   file's path (HybridEP's ``csrc/hybrid_ep/...`` is DeepEP's), else "native code".
 
+A DeepEP ``Failed: ... error FILE:LINE`` line whose quoted part a paste wrapped onto the next line is read
+joined. A CUDA check's error that names a ``cudaError_t`` (by name, or by its ``cudaGetErrorString`` text) adds
+that error's meaning and fix from its runtime-error row (``signatures.runtime``).
+
 ``findings(checks, facts)`` gives one ``Finding`` per check, from the ``native-check`` row
 (``signatures.config_error.NATIVE_CHECK``): id ``native-check:LIBRARY:FILE:LINE`` (FILE from the
 library's source root, ``transformer_engine/common/...``, ``csrc/...``, ``torch/csrc/...``), cause "LIBRARY's
@@ -45,6 +49,8 @@ from dataclasses import dataclass
 
 from .report import Finding
 from .signatures.config_error import NATIVE_CHECK
+from .signatures.runtime import CUDA_ERRORS
+from .signatures.runtime import SIGNATURES as RUNTIME_SIGNATURES
 
 MAX_CHECKS = 8
 BY_PATH = ""
@@ -90,6 +96,9 @@ _NVSHMEM_ROOT = re.compile(r".*nvshmem[^/]*/(?:.*?/)??(src/.+)$")
 _PATH_LIBRARIES = (("transformer-engine", "transformer_engine"), ("deep-ep", "deep_ep"), ("deep-ep", "deepep"),
                    ("deep-ep", "hybrid_ep"), ("nccl", "/nccl"))
 """(library, a part of a source path that only its sources have), first match wins; else "native code"."""
+_QUOTE_HEAD = re.compile(r"Failed: (?:Assertion|CUDA) error " + _SOURCE + r":\d{1,9}\s*$")
+"""DeepEP's ``EPException`` line whose quoted part a paste wrapped onto the next line."""
+_QUOTE_TAIL = re.compile(r"^\s*'.*'\s*$")
 _WRAPPED_ASSERT = re.compile(r"^\s*(?:[^`]+?:\s+)?Assertion `.+' failed\.")
 """A C ``assert`` message whose ``FILE:LINE:`` a log wrapped onto the line before it."""
 _UNREACHABLE = re.compile(r'^false\s*(?:and|&&)\s*"(.*)"$')
@@ -200,6 +209,8 @@ class NativeChecks:
 
     def feed(self, text: str, where: str) -> None:
         previous, self._previous = self._previous, text
+        if _QUOTE_TAIL.match(text) and "Failed: " in previous and _QUOTE_HEAD.search(previous):
+            text = previous.rstrip() + " " + text.strip()
         if " in function " not in text and "Failed: " not in text and "Assertion failed: " not in text \
                 and "NCCL error in: " not in text and "' failed." not in text and " exception (" not in text \
                 and "Reason=" not in text and "nvshmem" not in text:
@@ -241,12 +252,47 @@ def findings(checks: list[tuple[NativeCheck, str, str]], facts: dict[str, dict],
                 sig = dataclasses.replace(sig, confidence=FOLLOW_CONFIDENCE,
                                           cause=sig.cause + " It follows from the first NVSHMEM error of the log.")
             seen_first.add(c.library)
+        meaning = _cuda_meaning(c)
+        if meaning:
+            said_more = _LIBRARY_WORDS.get((c.library, meaning.id), "")
+            sig = dataclasses.replace(sig, cause=f"{sig.cause} {meaning.cause}{said_more}", fix=f"{meaning.fix}; {sig.fix}",
+                                      confidence=max(sig.confidence, meaning.confidence))
         f = Finding(sig)
         f.add(f"{where}: {line[:300]}")
         f.detail.append(f"native check: {c.library} {c.where}{in_fn}: {c.macro}, requires {c.requires}"
                         + (f"; message: {c.message}" if c.message and c.condition else ""))
+        if meaning:
+            f.detail.append(f"the CUDA error: {meaning.id} ({_cuda_name(c)})")
         out.append(f)
     return out
+
+
+_LIBRARY_WORDS = {
+    ("deep-ep", "cuda-peer-access"):
+        " DeepEP's intranode buffers open every local peer's buffer with cudaIpcOpenMemHandle "
+        "(cudaIpcMemLazyEnablePeerAccess; csrc/deep_ep.cpp, Buffer::sync through SharedMemoryAllocator::open_mem_handle), "
+        "so every pair of GPUs of a node needs peer access: on a host where only some pairs have it (PCIe GPUs "
+        "behind different switches) DeepEP's normal kernels cannot run there; use the alltoall dispatcher on such hosts.",
+}
+"""What a CUDA error means for one library's check, said after the error's general meaning."""
+
+
+def _cuda_name(c: NativeCheck) -> str:
+    """The ``cudaError_t`` a CUDA check's message names: its enum name when printed, else the one whose
+    ``cudaGetErrorString`` text it is (``signatures.runtime.CUDA_ERRORS``); '' for other checks."""
+    if c.macro not in ("CUDA_CHECK", "CUDA_RUNTIME_CHECK") or not c.message:
+        return ""
+    for name, (code, text, _) in CUDA_ERRORS.items():
+        if name in c.message or c.message.strip().strip("'").rstrip(".") == text:
+            return name
+    return ""
+
+
+def _cuda_meaning(c: NativeCheck):
+    """The runtime-error row for the CUDA error a check reports (cause and fix in the user's terms), or None."""
+    name = _cuda_name(c)
+    row = CUDA_ERRORS[name][2] if name else None
+    return next((s for s in RUNTIME_SIGNATURES if s.id == row), None) if row else None
 
 
 def _version(c: NativeCheck, facts: dict[str, dict]) -> str:

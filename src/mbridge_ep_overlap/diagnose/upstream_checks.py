@@ -4,8 +4,9 @@ by finding its message in the installed source (``upstream_source``).
 Contract
 --------
 ``RaisedErrors.feed(text, where)`` is fed every line of a log; it keeps the ``AssertionError:`` /
-``ValueError:`` / ``RuntimeError:`` lines (torchrun's ``[rankN]:`` prefix removed) with the traceback
-frames above them. An error is looked up when its frames are under ``megatron/core`` or
+``ValueError:`` / ``RuntimeError:`` lines (torchrun's ``[rankN]:`` prefix removed, and Ray's ``[repeated Nx across
+cluster]`` suffix) with the traceback frames above them, and such an error printed as its repr inside another line
+(``ValueError('MESSAGE')``: a wrapping exception's text, a Ray worker's log). An error is looked up when its frames are under ``megatron/core`` or
 ``megatron/bridge``, or when it has no frames at all; an error whose traceback runs only through other
 packages (DeepEP, torch, a user script) is not. ``findings(errors)`` gives one ``Finding`` per check
 named: a signature made from the ``upstream-check`` row (``signatures.config_error``) whose id is
@@ -34,6 +35,12 @@ ERROR_LINE = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s*)*(?:[\w.]+\.)?(Asserti
                         r"TypeError|NotImplementedError): (.{8,})$")
 OTHER_ERROR = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s*)*(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Interrupt))(?::|$)")
 """An exception line that ends a traceback: one of a kind not read here (an ``AttributeError``) closes it unkept."""
+REPR_ERROR = re.compile(r"(?<![\w.])(AssertionError|ValueError|RuntimeError|TypeError|NotImplementedError)"
+                        r"\((?P<q>['\"])(?P<message>.{8,1000}?)(?P=q)\)")
+"""An exception printed as its repr inside another line (a wrapping exception's message, a Ray worker's log):
+``ValueError('MESSAGE')``."""
+REPEATED = re.compile(r"\s*\[repeated \d{1,9}x across cluster\]\s*$")
+"""Ray's suffix on a line its workers printed more than once."""
 FRAME = re.compile(r'^(?:\[(?:rank|default)\d+\]:\s*)*\s*File "([^"]+)", line (\d{1,9}), in (\S+)')
 PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:)+")
 RAISE_LINE = re.compile(r"^(?:raise\s+(?:[\w.]+\.)?(\w+)\b|assert\b)")
@@ -94,6 +101,8 @@ class RaisedErrors:
         self._where = ""
 
     def feed(self, text: str, where: str) -> None:
+        if "across cluster]" in text:
+            text = REPEATED.sub("", text)
         if "Traceback (most recent call last)" in text:
             self.finish()
         elif m := FRAME.match(text):
@@ -102,6 +111,9 @@ class RaisedErrors:
             self._where = where
         elif m := ERROR_LINE.match(text.strip()):
             self._keep(m.group(1), m.group(2).strip(), where)
+        elif "Error(" in text and (m := REPR_ERROR.search(text)):
+            message = m["message"].replace("\\" + m["q"], m["q"]).replace("\\n", " ").strip()
+            self._keep(m.group(1), message, where)
         elif (m := OTHER_ERROR.match(text.strip())) and m.group(1) not in upstream_source.RAISED:
             self._frames, self._code = [], []  # that error is another reader's (its innermost line is no failed check)
         elif self._frames:
@@ -155,6 +167,14 @@ def _signature(e: RaisedError, match: upstream_source.Match):
     cause = f"The check at {c.where} requires {c.condition}" + ("." if match.exact else
             " (the nearest check in the installed source: the run's version words it differently).")
     fix = rule.fix if rule else f"change the configuration so that {c.condition} holds (the check at {c.where})"
+    if c.kind == upstream_source.WARNED:
+        version = upstream_source.installed_version(c.file)
+        cause = (f"The run's version raised {e.kind} here where the installed {version} only warns "
+                 f"({c.where}, warnings.warn{'' if match.exact else ', worded a little differently'}): the check was "
+                 f"relaxed between the two versions. It asks for {c.condition}.")
+        fix = rule.fix if rule else (f"make {c.condition} hold (in the configuration the run passes), or run with "
+                                     f"{version}, which warns instead of raising")
+        versions = f"a version that raised it; {version} warns ({c.where})"
     return dataclasses.replace(
         UPSTREAM_CHECK, id=f"{UPSTREAM_CHECK.id}:{c.where}", cause=cause, fix=fix,
         source=f"installed:{c.where}", emitted=(c.literal,), versions=versions,
@@ -165,11 +185,13 @@ def _detail(e: RaisedError, match: upstream_source.Match) -> list[str]:
     c = match.check
     out = [f"upstream check: {c.where} ({c.kind}): requires {c.condition}",
            f"upstream message: {c.literal}"]
+    if c.kind == upstream_source.WARNED:
+        out[0] = f"upstream warning: {c.where} (warnings.warn): avoided when {c.condition}"
     if (frame := e.upstream_frame) is not None:
         raised_at = f"{frame[0]}:{frame[1]} in {frame[2]}"
         out.append(f"raised at {raised_at} in the run" + ("" if frame[0].endswith(c.file) and frame[1] == c.line
                                                           else f"; installed source has the check at {c.where}"))
-    if not match.exact:
+    if not match.exact and c.kind != upstream_source.WARNED:
         out.append("the message is not in the installed version's source: it was reworded, or comes from "
                    "another version; the check named is the nearest one")
     return out

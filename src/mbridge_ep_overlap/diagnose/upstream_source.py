@@ -10,7 +10,8 @@ condition (the ``assert`` expression, or the ``if`` above the raise, negated whe
 body), and the message as a pattern (the literal parts of an f-string, ``%``- or ``.format``-string kept,
 every placeholder a wildcard). ``find(message)`` gives the check whose pattern matches the whole
 message (the one with the most literal text first), else the nearest one by text similarity with
-``exact=False``, else None. For a traceback frame with no message to look up,
+``exact=False``, else — no check raising it — the ``warnings.warn`` site that words it (kind ``WARNED``: the
+installed version only warns where the run's raised), exactly or nearest, else None. For a traceback frame with no message to look up,
 ``function_checks(file, function)`` lists every ``assert`` / ``raise`` in that function (those without a
 literal message too), ``defining_files(function)`` the installed files that define it, and
 ``installed_version(file)`` the distribution read. A file that cannot be read or parsed is skipped,
@@ -39,6 +40,8 @@ LEADING_MIN = 16
 (``leading_likeness``: twice this where the ends differ)."""
 _MIN_LITERAL = 12
 NO_LITERAL = "(no literal text)"
+WARNED = "warning"
+"""The kind of a ``warnings.warn`` site: what a raised message is matched with when no check raises it here."""
 _PLACEHOLDER = re.compile(r"%[-#0 +]*\d*(?:\.\d+)?[sdrfgexiu%]|\{[^{}]*\}")
 
 
@@ -112,6 +115,13 @@ def file_checks(rel: str) -> tuple[Check, ...]:
 
 
 @functools.lru_cache(maxsize=None)
+def file_warnings(rel: str) -> tuple[Check, ...]:
+    """The ``warnings.warn`` calls of one file of ``sources()`` with literal text, as checks of kind ``WARNED``."""
+    tree = _tree(rel)
+    return tuple(_file_checks(tree, rel, warned=True)) if tree is not None else ()
+
+
+@functools.lru_cache(maxsize=None)
 def _tree(rel: str) -> ast.AST | None:
     text = dict(sources()).get(rel)
     if text is None:
@@ -174,7 +184,13 @@ def find(message: str, raised_in: str = "", raised_line: int = 0) -> Match | Non
     exact = [c for c in candidates if c.matches(message)]
     if exact:
         return Match(max(exact, key=rank), True, 1.0)
-    return _nearest(message, candidates, raised_in)
+    raised = _nearest(message, candidates, raised_in)
+    if raised is not None:
+        return raised
+    # no check raises it here: a check the installed version relaxed to a warning (same text, or nearly)
+    warned = [c for rel in files for c in file_warnings(rel)]
+    exact = [c for c in warned if c.matches(message)]
+    return Match(max(exact, key=rank), True, 1.0) if exact else _nearest(message, warned, raised_in)
 
 
 def _words(text: str) -> set[str]:
@@ -241,8 +257,9 @@ def _nearest(message: str, candidates: list[Check], raised_in: str = "") -> Matc
 
 # ---- reading one file -------------------------------------------------------------------------------
 
-def _file_checks(tree: ast.AST, rel: str, keep_all: bool = False) -> list[Check]:
-    """The checks of one parsed file; ``keep_all`` keeps those without a message or literal text too."""
+def _file_checks(tree: ast.AST, rel: str, keep_all: bool = False, warned: bool = False) -> list[Check]:
+    """The checks of one parsed file; ``keep_all`` keeps those without a message or literal text too;
+    ``warned``: the ``warnings.warn`` calls instead (kind ``WARNED``), their condition what avoids them."""
     found: list[Check] = []
 
     assigned: dict[str, ast.expr] = {}
@@ -262,7 +279,11 @@ def _file_checks(tree: ast.AST, rel: str, keep_all: bool = False) -> list[Check]
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 if isinstance(target, ast.Name):
                     assigned[target.id] = node.value
-        if isinstance(node, ast.Assert) and (node.msg is not None or keep_all):
+        if warned:
+            if isinstance(node, ast.Call) and _is_warn(node.func) and node.args:
+                cond = "" if guard is None else _negated(guard[0]) if guard[1] else ast.unparse(guard[0])
+                add(node.lineno, WARNED, cond, node.args[0])
+        elif isinstance(node, ast.Assert) and (node.msg is not None or keep_all):
             add(node.lineno, "AssertionError", ast.unparse(node.test), node.msg)
         elif isinstance(node, ast.Raise) and node.exc is not None:
             call = node.exc if isinstance(node.exc, ast.Call) else None
@@ -297,14 +318,26 @@ def _file_checks(tree: ast.AST, rel: str, keep_all: bool = False) -> list[Check]
     return found
 
 
+def _is_warn(func: ast.expr) -> bool:
+    """``warnings.warn(...)`` or a bare ``warn(...)``."""
+    return (isinstance(func, ast.Attribute) and func.attr == "warn" and isinstance(func.value, ast.Name)
+            and func.value.id == "warnings") or (isinstance(func, ast.Name) and func.id == "warn")
+
+
 def _resolved(msg: ast.expr, assigned: dict[str, ast.expr]) -> ast.expr:
     """A message held in a variable: the value last assigned to it above (``msg = f"..."; raise X(msg)``)."""
     return assigned.get(msg.id, msg) if isinstance(msg, ast.Name) else msg
 
 
+_FLIPPED = {ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn,
+            ast.NotIn: ast.In, ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt}
+
+
 def _negated(test: ast.expr) -> str:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return ast.unparse(test.operand)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _FLIPPED:
+        return ast.unparse(ast.Compare(test.left, [_FLIPPED[type(test.ops[0])]()], test.comparators))
     return f"not ({ast.unparse(test)})"
 
 
