@@ -21,7 +21,8 @@ calibrated efficiencies are fitted on the GPU the calibration was measured on
 (``_PASSES``), not fitted. Sliding-window layers shorten fused attention; selectively recomputed
 modules (``REPLAYED_MODULES``) add their forward to their backward node; the unfused grouped
 expert MLP adds its eager clamp and FC2-bias passes (``eager_expert_bytes``). All-to-all time = latency + max(bytes inside the NVLink domain /
-its bandwidth, bytes leaving it / the NIC bandwidth) for the dispatcher's traffic pattern.
+its bandwidth, bytes leaving it / the NIC bandwidth) for the dispatcher's traffic pattern; HybridEP's bandwidth
+inside the domain is its published figure where one is published for the GPU kind (``hybridep_published``).
 
 Stdlib only; loads ``hardware.json`` and ``calibration.json`` from this package's folder.
 """
@@ -299,6 +300,38 @@ def ep_layout(inputs: StepInputs, cluster: Cluster) -> tuple[int, int]:
     return local, math.ceil(inputs.ep / local)
 
 
+def hybridep_published(gpu: str, local: int) -> tuple[float, str] | None:
+    """HybridEP's bandwidth inside the NVLink domain from its published table for this GPU kind
+    (``hardware.json`` ``flex_dispatchers.hybridep.published_algbw_GBps``, or the kind ``published_for`` names),
+    as (GB/s to the other ``local - 1`` peers, how it was read), or None where none is published.
+
+    The table's algorithm bandwidth counts every dispatched byte, the rank's own included: the time for one
+    rank's ``total`` bytes is ``total / algbw``, so the bandwidth to the other peers is ``algbw x (local-1)/local``.
+    Dispatch and combine are averaged (the model gives both the same volume); between two published rank counts
+    linear, outside them the end value (said in the returned text)."""
+    h = hardware()["flex_dispatchers"]["hybridep"]
+    kind = gpu if gpu in h.get("published_algbw_GBps", {}) else h.get("published_for", {}).get(gpu)
+    table = h.get("published_algbw_GBps", {}).get(kind) if kind else None
+    if not table or local < 2:
+        return None
+    ranks = table["ranks"]
+    mean = [(a + b) / 2 for a, b in zip(table["dispatch_bf16"], table["combine"])]
+    if local <= ranks[0] or local >= ranks[-1] or local in ranks:
+        at = ranks.index(local) if local in ranks else 0 if local <= ranks[0] else -1
+        algbw = mean[at]
+        how = (f"published HybridEP {kind} bandwidth at {ranks[at]} ranks ({algbw:.0f} GB/s)"
+               + ("" if local == ranks[at] else f", used for {local} EP peers in the NVLink domain (none published for "
+                                                 f"{local})"))
+    else:
+        i = next(j for j in range(1, len(ranks)) if ranks[j] >= local)
+        t = (local - ranks[i - 1]) / (ranks[i] - ranks[i - 1])
+        algbw = mean[i - 1] + t * (mean[i] - mean[i - 1])
+        how = f"published HybridEP {kind} bandwidth between {ranks[i - 1]} and {ranks[i]} ranks ({algbw:.0f} GB/s)"
+    if kind != gpu:
+        how += f"; {gpu} has none published: {kind}'s used"
+    return algbw * (local - 1) / local, how
+
+
 def a2a_cost(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatcher: str | None = None) -> A2A:
     """One dispatch (or combine) all-to-all of one microbatch on one GPU."""
     d = dispatcher or inputs.dispatcher
@@ -333,6 +366,8 @@ def a2a_cost(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatcher:
         raw_nvl = spec["nvlink_GBps_bidir"] / 2
         if d == "deepep":
             bw_i = min(f["intranode_GBps_cap"], raw_nvl)
+        elif (published := hybridep_published(cluster.gpu, local)) is not None:
+            bw_i = published[0]
         else:
             bw_i = raw_nvl * f["intranode_link_efficiency"]
         bw_e = spec["nic_gbit_s"] / 8 * f["internode_nic_efficiency"]

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base.choices import MEASURED_DISPATCHERS
-from .costs import Calibration, Costs, default_calibration, hardware, layer_costs
+from .costs import Calibration, Costs, default_calibration, ep_layout, hardware, hybridep_published, layer_costs
 from .inputs import DISPATCHERS, Cluster, StepInputs
 from .schedule import microbatch_off, simulate_overlap, steady_overlap
 
@@ -233,6 +233,8 @@ def _predict(inputs: StepInputs, cluster: Cluster, cal: Calibration, d: str, _no
     off += tail
     on += tail
     compute_step += c.optimizer
+    if d == "hybridep" and c.a2a.bytes_intra and (published := hybridep_published(cluster.gpu, ep_layout(inputs, cluster)[0])):
+        notes.append(f"hybridep inside the NVLink domain: {published[1]}")
     if d == "deepep" and not c.dispatch_sync_s and cal.deepep_dispatch_sync_s:
         notes.append("deepep beyond one 8-GPU NVLink group: published bandwidth model only; the host stall measured "
                      "with DeepEP's intranode kernels on 2x H200 is not applied (different kernels)")
