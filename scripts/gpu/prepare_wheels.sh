@@ -20,6 +20,7 @@ PKGS=(
   opentelemetry-api==1.45.2 cffi==2.1.1 pycparser==3.12
   jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
   nvdlfw-inspect==0.2.2  # Transformer Engine 2.18 imports it
+  py-spy==0.4.3  # the stacks of a stuck run (record_failures.py --py-spy; diagnose reads its dumps)
 )
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \

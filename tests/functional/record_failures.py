@@ -12,6 +12,8 @@ skipped, and a run's timeout never passes it). Writes under OUT_DIR:
 
 * ``runs/<case>/``: what the run left (``launcher.log``, ``torchrun/.../std{out,err}.log``,
   ``evidence/``, ``summary.json``, ``injected-fault.json``), big files pruned (``prune``);
+* ``runs/<hang|stall>/pyspy-dumps.txt`` with ``--py-spy PATH``: ``py-spy dump`` of every rank once the watchdog
+  has seen the stall (``spy_when_stalled``);
 * ``cases.json``: per case the fault, the command's environment, exit code, timed out, seconds;
 * ``overhead.json``: per-step times of every run, the median of each, each pair's cost and the
   median over the pairs (``overhead``).
@@ -27,6 +29,7 @@ import json
 import signal
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -150,6 +153,30 @@ def expected_evidence(case: str, folder: Path) -> list[str]:
     return missing
 
 
+def spy_when_stalled(py_spy: str, folder: Path, wait_s: float) -> None:
+    """What a user runs on a stuck job: once the watchdog has written its stall event, ``py-spy dump`` of every
+    rank (pids from the facts files), one after the other into ``folder/pyspy-dumps.txt``. Gives up after ``wait_s``."""
+    import subprocess
+
+    from mbridge_ep_overlap.base import run_files
+
+    end = time.monotonic() + wait_s
+    while not any(run_files.watchdog_file(folder, r).exists() for r in range(NPROC)):
+        if time.monotonic() > end:
+            return
+        time.sleep(1)
+    time.sleep(2)  # the other rank's stall event too
+    parts = []
+    for r in range(NPROC):
+        try:
+            pid = json.loads(run_files.facts_file(folder, r).read_text())["pid"]
+            done = subprocess.run([py_spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60)
+            parts.append(done.stdout + done.stderr)
+        except (OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
+            parts.append(f"(rank {r}: no dump: {e})\n")
+    (folder / "pyspy-dumps.txt").write_text("".join(parts))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="record_failures.py")
     p.add_argument("out_dir")
@@ -157,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deadline-s", type=float, default=420.0)
     p.add_argument("--overhead-pairs", type=int, default=OVERHEAD_PAIRS, help="evidence on/off pairs (default %(default)s)")
     p.add_argument("--overhead-steps", type=int, default=OVERHEAD_STEPS, help="steps per overhead run (default %(default)s)")
+    p.add_argument("--py-spy", default=None, metavar="PATH",
+                   help="a py-spy binary: the hang and stall cases also leave py-spy dumps of every rank")
     args = p.parse_args(argv)
     names = list(CASES) + [OVERHEAD]
     wanted = names if args.only is None else [n for n in args.only.split(",") if n]
@@ -181,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
         if left < 30:
             return {"skipped": f"out of time ({args.deadline_s:.0f} s for the whole recording)"}
         cmd_env = {**base_env, **env, FAULT_ENV: fault}
+        if args.py_spy and name in ("hang", "stall"):
+            threading.Thread(target=spy_when_stalled, args=(args.py_spy, out / "runs" / name, min(timeout_s, left)),
+                             daemon=True).start()
         r = launch.launch(name, NPROC, with_override(proxy(steps), extra), timeout_s=min(timeout_s, left),
                           env=cmd_env, log_root=out / "runs", script=SCRIPT, share_gpu=True)
         prune(r.folder)

@@ -1,6 +1,7 @@
 """py-spy dumps read by ``diagnose.pyspy``: a real dump of a stuck two-rank job (recorded with
 ``scripts/diagnose/record_pyspy_dumps.py``), lines rendered from py-spy's own format strings (its source kept as
-an excerpt), the divergent rank named, and no reading of other ``Thread`` lines."""
+an excerpt), the divergent rank named, and no reading of other ``Thread`` lines; and dumps of real stuck GPU runs
+of the proxy under EP overlap (``fixtures/recorded_pyspy/``, with the facts files whose pids name the ranks)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from mbridge_ep_overlap.diagnose import diagnose, pyspy
 FIXTURES = Path(__file__).parent / "fixtures"
 DUMPS = FIXTURES / "recorded_texts" / "pyspy_dumps.txt"
 EXCERPTS = FIXTURES / "upstream_text" / "py-spy" / "src"
+GPU = FIXTURES / "recorded_pyspy"
 
 
 def _diagnose_text(tmp_path, text: str):
@@ -92,3 +94,35 @@ def test_any_text_never_raises():
         for line in "".join(rng.choice(pieces) for _ in range(40)).splitlines():
             dumps.feed(line, "f:1")
         pyspy.findings(dumps)
+
+
+# ---- dumps of real stuck runs on a GPU node ---------------------------------------------------------------------------
+def _spied(folder):
+    return next(f for f in diagnose([str(folder)]).findings if f.signature.id == "py-spy-stacks")
+
+
+def test_a_gpu_stall_names_the_rank_that_is_not_waiting_with_ranks_from_the_facts():
+    import json
+
+    planted = json.loads((GPU / "stall" / "injected-fault.json").read_text())
+    f = _spied(GPU / "stall")
+    waiting = 1 - planted["rank"]
+    assert f"rank {waiting} waits in a CUDA synchronize" in f.signature.cause
+    assert f"rank {planted['rank']} is elsewhere" in f.signature.cause
+    assert any(e.endswith(f"rank {planted['rank']}: not in a collective or a wait") for e in f.evidence)
+    assert any(d.startswith(f"rank {waiting} (") and "dispatch, forward pass" in d for d in f.detail)
+
+
+def test_a_gpu_hang_with_both_ranks_in_the_same_call_says_what_that_can_mean():
+    f = _spied(GPU / "hang")
+    assert f.signature.generic and "went out of step earlier" in f.signature.cause
+    assert all(e.split(": ", 2)[1] in ("rank 0", "rank 1") for e in f.evidence)
+    assert all("a CUDA synchronize" in e for e in f.evidence)
+
+
+def test_the_dumps_alone_name_processes_by_pid():
+    f = pyspy.PySpyDumps()
+    for i, line in enumerate((GPU / "stall" / "pyspy-dumps.txt").read_text().splitlines()):
+        f.feed(line, f"x:{i}")
+    (found,) = pyspy.findings(f)
+    assert all(": pid " in e for e in found.evidence)

@@ -141,7 +141,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _numerics(series, finding)
     _attention(attention, findings)
     _native(natives, ev, findings)
-    for f in pyspy.findings(spied):
+    for f in pyspy.findings(spied, ev.facts):
         findings.setdefault(f.signature.id, f)
     _runtime(runtime, findings)
     _upstream(raised, findings)

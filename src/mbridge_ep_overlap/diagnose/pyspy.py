@@ -61,8 +61,13 @@ class Process:
     threads: list[tuple[str, list[tuple[str, str, int]]]] = field(default_factory=list)
     """(thread name, frames innermost first as (function, file, line; 0 for a native frame))."""
 
+    known_rank: str = ""
+    """The rank the run's facts files record for this pid, when the dumps come with them."""
+
     @property
     def rank(self) -> str:
+        if self.known_rank:
+            return f"rank {self.known_rank}"
         m = _RANK_ARG.search(self.command)
         return f"rank {m.group(1)}" if m else f"pid {self.pid}"
 
@@ -74,8 +79,9 @@ class Process:
 def _wait(frames: list[tuple[str, str, int]]) -> tuple[str, str] | None:
     """(what it waits in, 'function (file:line)') for the innermost waiting frame of Python code."""
     for func, file, line in frames:
-        if func in _WAITS and (line or file.endswith(".py")):
-            return _WAITS[func], f"{func} ({Path(file).name}:{line})"
+        name = func.rsplit(".", 1)[-1]  # py-spy prints methods as Class.method, closures as f.<locals>.g
+        if name in _WAITS and (line or file.endswith(".py")):
+            return _WAITS[name], f"{func} ({Path(file).name}:{line})"
     return None
 
 
@@ -108,10 +114,16 @@ class PySpyDumps:
 PY_SPY = next(s for s in all_signatures() if s.id == "py-spy-stacks")
 
 
-def findings(dumps: PySpyDumps) -> list[Finding]:
+def findings(dumps: PySpyDumps, facts: dict[str, dict] | None = None) -> list[Finding]:
+    """The finding (module docstring); ``facts``: the run's facts per rank (``base.run_files``), whose pids
+    name each dumped process's rank."""
     procs = [p for p in dumps.processes if p.main()]
     if not procs:
         return []
+    by_pid = {str(f.get("pid")): str(f.get("rank", r)) for r, f in (facts or {}).items()
+              if isinstance(f, dict) and f.get("pid") is not None}
+    for p in procs:
+        p.known_rank = by_pid.get(p.pid, "")
     waits = {id(p): _wait(p.main()) for p in procs}
     waiting = Counter(w[0] for w in waits.values() if w).most_common()
     usual, odd = None, []

@@ -126,7 +126,9 @@ SIGNATURES += (
         id="py-spy-stacks", symptom="hang", patterns=(),
         cause="py-spy's dumps show where each process was waiting (below): the processes all wait in the same call, "
               "so the one that stopped is not among the dumped processes, or is below Python (a kernel, the network, "
-              "a DeepEP / HybridEP buffer that never received its tokens).",
+              "a DeepEP / HybridEP buffer that never received its tokens), or the ranks' collectives went out of step "
+              "earlier (one rank skipped or added a call, and the calls they now wait in are not the same one: the "
+              "flight recorder's sequence numbers show it).",
         fix="dump every rank of the job (`py-spy dump --pid PID` on each node, `--native` for the frames below "
             "Python) and compare: the rank not in the same dispatch / combine / collective as the others is the one "
             "to debug; a run launched by this library writes every rank's stack itself (watchdog, faulthandler)",
