@@ -17,6 +17,12 @@ if [ -d .gpu-wheels ] && ls .gpu-wheels/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu-wheels/*.whl \
     || { echo "gpu/env.sh: wheel install failed" >&2; return 1; }
 fi
+# py-spy's binary sits in its wheel's data folder, which pip --target does not install: unpack it.
+for w in .gpu-wheels/py_spy-*.whl; do
+  [ -f "$w" ] || continue
+  python3 -m zipfile -e "$w" "$SITE/.py-spy" && chmod +x "$SITE"/.py-spy/py_spy-*.data/scripts/py-spy \
+    && export EP_OVERLAP_PY_SPY=$(ls "$SITE"/.py-spy/py_spy-*.data/scripts/py-spy | head -1)
+done
 # DeepEP, when a wheel of it (built beside this repository) was carried along in .deepep-wheel/.
 if ls .deepep-wheel/deep_ep-*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .deepep-wheel/deep_ep-*.whl \

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import os
 import signal
 import statistics
 import sys
@@ -184,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deadline-s", type=float, default=420.0)
     p.add_argument("--overhead-pairs", type=int, default=OVERHEAD_PAIRS, help="evidence on/off pairs (default %(default)s)")
     p.add_argument("--overhead-steps", type=int, default=OVERHEAD_STEPS, help="steps per overhead run (default %(default)s)")
-    p.add_argument("--py-spy", default=None, metavar="PATH",
-                   help="a py-spy binary: the hang and stall cases also leave py-spy dumps of every rank")
+    p.add_argument("--py-spy", default=os.environ.get("EP_OVERLAP_PY_SPY"), metavar="PATH",
+                   help="a py-spy binary (default: $EP_OVERLAP_PY_SPY, set by scripts/gpu/env.sh from the py-spy wheel): "
+                        "the hang and stall cases also leave py-spy dumps of every rank")
     args = p.parse_args(argv)
     names = list(CASES) + [OVERHEAD]
     wanted = names if args.only is None else [n for n in args.only.split(",") if n]
