@@ -319,12 +319,17 @@ def _read_by(sig) -> tuple[re.Pattern, ...]:
         names = [n for n in IBV_WC_NAMES if IBV_WC_STATUS.get(n, (0, "nccl-ib-completion-error"))[1] == s.id]
         return tuple(re.compile(rf"\b{n}\b") for n in names)
 
-    from mbridge_ep_overlap.diagnose import pyspy
+    from mbridge_ep_overlap.diagnose import installed_headers, pyspy
+    from mbridge_ep_overlap.diagnose.signatures.compile_checks import FEEDS, JIT_SHOWN_BY
+
+    def compiled(s):  # a static_assert statement, or the text a feed or a JIT mark quotes (test_diagnose_static_assert)
+        quoted = [t for feeds in FEEDS.values() for f in feeds for _, t in f.shown_by] + [t for _, t in JIT_SHOWN_BY]
+        return (installed_headers.START,) + tuple(re.compile(re.escape(t)) for t in quoted)
 
     readers = {"attention-backend": lambda s: tuple(re.compile(re.escape(attention_backends.HEADS[k]))
                                                     for k in attention_backends.READS[s.id]),
                "py-spy": lambda s: tuple(re.compile(re.escape(f)) for f in pyspy.FORMATS),
-               "runtime-error": ib_status}
+               "runtime-error": ib_status, "static-assert": compiled}
     return readers[sig.found_by](sig)
 
 

@@ -26,7 +26,12 @@ that source no hand-written signature names is found there too (``upstream_fallb
 C++/CUDA check of Transformer Engine, DeepEP (V1 and V2), HybridEP, NVSHMEM or torch's NCCL wrapper is named
 from the line its macro prints (``native_checks``); a CUDA runtime error, a kernel's device-side assert, a cuBLAS
 status or an NCCL error (torch's text, NCCL's WARN lines, an InfiniBand completion status) by the enum it names,
-with the kernel, the frames and torchrun's root-cause rank (``runtime_errors``). Transformer Engine's
+with the kernel, the frames and torchrun's root-cause rank (``runtime_errors``); a ``static_assert`` nvcc, gcc or clang
+reports failed, in a build or a JIT compile at run time (HybridEP, DeepEP V2), by its message looked up in the known
+static_asserts of DeepEP, HybridEP and Transformer Engine and in the headers installed here, with the run's template
+parameters and what sets them (``static_asserts``); a ``TypeError`` where one package's frame meets another's (a patch
+or a call written for another version's argument layout) by both packages and the installed signature of the function
+it names, read before the upstream lookup (``type_errors``). Transformer Engine's
 attention-backend lines say when it ran attention unfused, found no backend, or disabled the FP8 attention asked
 for, with the reasons it logged (``attention_backends``). A NaN/Inf found by MCore names the rank and iteration.
 Stacks ``py-spy dump`` printed say where each rank waits and which rank differs from the others (``pyspy``).
@@ -52,7 +57,8 @@ from typing import BinaryIO
 
 from ..base import run_files
 from . import (attention_backends, attribute_errors, collective_stacks, crashes, flight_recorder, import_errors, launcher, memory,
-               native_checks, prediction, pyspy, runtime_errors, schedule, timeouts, upstream_checks, upstream_fallbacks)
+               native_checks, prediction, pyspy, runtime_errors, schedule, static_asserts, timeouts, type_errors, upstream_checks,
+               upstream_fallbacks)
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -93,6 +99,8 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     attention = attention_backends.AttentionBackends()
     launched = launcher.LauncherLines()
     runtime = runtime_errors.RuntimeErrors()
+    compiled = static_asserts.StaticAsserts()
+    mismatched = type_errors.TypeErrors()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -121,6 +129,8 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             attention.feed(text, where, rank)
             launched.feed(text, where, rank or src.rank)
             runtime.feed(text, where)
+            compiled.feed(text, where)
+            mismatched.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -131,6 +141,8 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
                 captured.append(raw)
                 capture_left = max(capture_left - 1, 0)
         raised.finish()
+        compiled.finish()
+        mismatched.finish()
         if captured:
             crash_text[_crash_name(src)] = "\n".join(captured) + "\n"
     if ev.texts:
@@ -144,9 +156,11 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     for f in pyspy.findings(spied, ev.facts):
         findings.setdefault(f.signature.id, f)
     _runtime(runtime, findings)
+    _type_errors(mismatched, findings)  # before the upstream lookup: a call's TypeError is no check's message
     _upstream(raised, findings)
     _attribute_errors(missing_attrs, findings)
     _import_errors(failed_imports, findings)
+    _static_asserts(compiled, findings)
     _fallbacks(fell_back, findings)
     _crashes(crash_text, finding)
     launched.details(findings, series)
@@ -226,6 +240,22 @@ def _import_errors(failed: import_errors.ImportErrors, findings: dict[str, Findi
     named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
     fresh = [e for e in failed.errors if not any(e.line[:120] in line for line in named)]
     for f in import_errors.findings(fresh):
+        findings.setdefault(f.signature.id, f)
+
+
+def _static_asserts(compiled: static_asserts.StaticAsserts, findings: dict[str, Finding]) -> None:
+    """The failed static_asserts no hand-written signature names (deepep-built-for-other-nvl-peers and the like)."""
+    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
+    fresh = [a for a in compiled.asserts if not any(a.text[:120] in line for line in named)]
+    for f in static_asserts.findings(fresh):
+        findings.setdefault(f.signature.id, f)
+
+
+def _type_errors(mismatched: type_errors.TypeErrors, findings: dict[str, Finding]) -> None:
+    """The TypeErrors across a package boundary no hand-written signature names (te-calls-newer-torch-api and the like)."""
+    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
+    fresh = [e for e in mismatched.errors if not any(e.line[:120] in line for line in named)]
+    for f in type_errors.findings(fresh):
         findings.setdefault(f.signature.id, f)
 
 

@@ -15,7 +15,8 @@ defined under) of what a module's top level defines (a ``def``, a ``class``, an 
 ``opaque(tree)``: why the source does not list every name the module has at run time (a ``from X import *``, a
 module ``__getattr__``, ``globals()`` at module level), or ''. ``submodule(located, name)``: whether NAME is a module file of that package.
 ``version(module)``: 'DIST VERSION' of the distribution that installs the module's top-level package, or ''
-(``dists(module)``: those distributions; ``version_of(dist)``: its version).
+(``dists(module)``: those distributions; ``version_of(dist)``: its version; ``top_names()``: every top-level name an
+installed distribution provides).
 ``megatron_requires(module)``: the ``Requires-Dist`` lines of the installed megatron-core / megatron-bridge on that
 distribution (by the distribution's name, or the module's with ``_`` as ``-``), each with the package that
 states it. ``site_relative(path)``: a file's path below its site directory (after ``site-packages/`` or
@@ -174,6 +175,11 @@ def _distributions() -> dict[str, list[str]]:
 
 def _dists(module: str) -> list[str]:
     return list(dict.fromkeys(_distributions().get(module.split(".")[0], [])))
+
+
+def top_names() -> frozenset[str]:
+    """The top-level names the installed distributions provide (``megatron``, ``packaging``, ...)."""
+    return frozenset(_distributions())
 
 
 def dists(module: str) -> list[str]:

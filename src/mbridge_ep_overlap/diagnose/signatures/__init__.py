@@ -15,7 +15,8 @@ Nothing here reads files or imports torch or Megatron.
 
 from __future__ import annotations
 
-from . import build, config_error, crash, fallback, hang, hardware, install, launch, memory, no_speedup, numerics, runtime
+from . import (build, compile_checks, config_error, crash, fallback, hang, hardware, install, launch, memory, no_speedup,
+               numerics, runtime)
 from .base import SYMPTOMS, Signature
 
 __all__ = ["SYMPTOMS", "Signature", "all_signatures"]
@@ -24,7 +25,7 @@ __all__ = ["SYMPTOMS", "Signature", "all_signatures"]
 def all_signatures() -> tuple[Signature, ...]:
     """Every signature, by symptom class then id; ids are unique."""
     found = [s for m in (config_error, hang, crash, runtime, numerics, fallback, no_speedup, hardware, install, build,
-                         memory, launch)
+                         compile_checks, memory, launch)
              for s in m.SIGNATURES]
     ids = [s.id for s in found]
     if len(ids) != len(set(ids)):

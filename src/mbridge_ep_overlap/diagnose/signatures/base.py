@@ -41,7 +41,7 @@ def github_blob(at: str, path: str) -> str:
 
 FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "crash", "runs", "upstream-source",
             "native-check", "traceback", "attention-backend",
-            "attribute-error", "py-spy", "launcher", "import-error", "runtime-error")
+            "attribute-error", "py-spy", "launcher", "import-error", "runtime-error", "static-assert", "type-error")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +99,12 @@ class Signature:
     ``diagnose.import_errors``),
     "runtime-error" (what the CUDA runtime, a kernel's device-side assert, cuBLAS or NCCL prints when a kernel or a
     library call fails, read with the enum, status or result it names and the frames and torchrun summary around
-    it, ``diagnose.runtime_errors``)."""
+    it, ``diagnose.runtime_errors``),
+    "static-assert" (a ``static_assert`` nvcc, gcc or clang reports failed when a kernel was compiled, in a build or a
+    JIT compile at run time, looked up in the known static_asserts of DeepEP, HybridEP and Transformer Engine and in the
+    headers installed here, ``diagnose.static_asserts``),
+    "type-error" (a ``TypeError`` raised where one package's code meets another's: the innermost frame in one package,
+    the caller or the function it names in another; an argument layout of another version, ``diagnose.type_errors``)."""
     facts_pass: Callable[[dict], bool | None] | None = field(default=None, compare=False)
     """From a rank's effective facts (``base.run_files.FACT_KEYS``): False when they show this failure's
     condition (which is then what ``rule`` refuses), True when they rule it out, None where they do not say.

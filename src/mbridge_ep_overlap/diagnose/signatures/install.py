@@ -292,3 +292,21 @@ PACKAGE_NOT_INSTALLED = Signature(
     source=_IMPORTS, emitted=(), confidence=0.5, found_by="import-error", versions=_IMPORT_CONFIDENCE)
 
 SIGNATURES += (IMPORT_NAME_MISSING, CIRCULAR_IMPORT, SUBMODULE_MISSING, PACKAGE_NOT_INSTALLED)
+
+TYPE_ERROR_ACROSS_PACKAGES = Signature(
+    id="type-error", symptom="install", patterns=(),
+    cause="TypeError where two packages meet: the traceback's innermost frame that chose the arguments is in package A "
+          "and its caller in package B (A wraps or replaces B's function, a plugin patching B's internals, and B's "
+          "version passes another layout), or A calls a function of B with an argument list B's version changed "
+          "('X() got an unexpected keyword argument', 'takes N positional arguments but M were given', 'missing N "
+          "required positional arguments', 'object of type ... has no len()'): A's code was written for a version of B "
+          "whose function had another signature or argument layout. Both packages are named from the frames' paths; "
+          "where the function is in the source installed here, its signature says whether the call fits that version.",
+    fix="use the versions of A and B that are released to work together (A's Requires-Dist on B, as the finding "
+        "quotes it when A's metadata is installed here; else A's supported B versions), or update A to a release "
+        "written for the run's B",
+    source="installed:mbridge_ep_overlap/diagnose/type_errors.py", emitted=(), confidence=0.45, found_by="type-error",
+    versions="45% with both packages' frames in the traceback, 40% with B known from the function the message names; "
+             "a TypeError inside one package is not named")
+
+SIGNATURES += (TYPE_ERROR_ACROSS_PACKAGES,)
