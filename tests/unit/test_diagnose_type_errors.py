@@ -330,3 +330,15 @@ def test_random_bytes_around_the_formats_never_raise():
     for _ in range(50):
         text = "".join(rng.choice(words) if rng.random() < 0.85 else chr(rng.randrange(1, 0x3000)) for _ in range(60))
         run(text).lines()
+
+
+def test_a_pasted_logs_elided_prefix_stands_for_the_installation():
+    assert type_errors.package_of(".../zz_vendor_pkg/module/linear.py") == "zz_vendor_pkg"
+    assert type_errors.package_of("\u2026/zz_vendor_pkg/linear.py") == "zz_vendor_pkg"
+    lines = ('File ".../zz_host_pkg/module/linear.py", line 17, in forward\n'
+             '    out = linear_fn(ctx, *tensors)\n'
+             'File ".../zz_plugin_pkg/patches/host.py", line 9, in patched_linear_fn\n'
+             '    n = len(args[3][0])\n'
+             "TypeError: object of type 'bool' has no len()\n")
+    d = diagnose(["-"], stdin=io.BytesIO(lines.encode()))
+    assert d.findings[0].signature.id.startswith("type-error:zz_plugin_pkg:zz_host_pkg:")

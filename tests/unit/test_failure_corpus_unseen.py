@@ -4,14 +4,14 @@ Each set is a separately collected group of real upstream failure reports, kept 
 ``failure_reports/`` so that ``diagnose`` can be measured on reports its signatures were not written
 from: ``failure_reports_unseen/`` (collected 2026-12-01), then ``failure_reports_unseen2/``,
 ``failure_reports_unseen3/``, ``failure_reports_unseen4/``, ``failure_reports_unseen5/`` and
-``failure_reports_unseen6/`` (collected 2026-12-02). These tests check
+``failure_reports_unseen6/`` (collected 2026-12-02) and ``failure_reports_unseen7/`` (collected 2026-12-03). These tests check
 only the data: every file has exactly the corpus keys with the corpus types, is marked ``split: "unseen"``,
 points at the upstream thread its id names, repeats no report (id or thread) of the main corpus or of an
 earlier unseen set, and is listed in its folder's README table with the same class and recognisability;
 the second, third and fourth sets' ``labels.tsv`` list every report with the same recognisability, what
 ``diagnose`` named when the set was first run (``diagnose_before``: for the second set, before the frame
 and native-check readers; for the third, before the Transformer Engine, NVSHMEM and build signatures
-written from it; for the fourth, fifth and sixth, blind, before anything was changed after reading them), what it names now
+written from it; for the fourth to the seventh, blind, before anything was changed after reading them), what it names now
 (``diagnose_after``: compared with ``diagnose`` run on the
 report's log here, so the column cannot go stale) and whether that top cause names the maintainers'
 cause (``hit``: yes / partial / no, a judgement). Only the tests of that column run ``diagnose``.
@@ -35,11 +35,12 @@ UNSEEN_SETS = {
     "unseen4": FIXTURES / "failure_reports_unseen4",
     "unseen5": FIXTURES / "failure_reports_unseen5",
     "unseen6": FIXTURES / "failure_reports_unseen6",
+    "unseen7": FIXTURES / "failure_reports_unseen7",
 }
-MINIMUM_REPORTS = {"unseen": 15, "unseen2": 16, "unseen3": 18, "unseen4": 20, "unseen5": 20, "unseen6": 20}
-LABELLED_SETS = ("unseen2", "unseen3", "unseen4", "unseen5", "unseen6")
+MINIMUM_REPORTS = {"unseen": 15, "unseen2": 16, "unseen3": 18, "unseen4": 20, "unseen5": 20, "unseen6": 20, "unseen7": 20}
+LABELLED_SETS = ("unseen2", "unseen3", "unseen4", "unseen5", "unseen6", "unseen7")
 """The sets whose ``labels.tsv`` has the before / after / hit columns."""
-BLIND_SETS = ("unseen4", "unseen5", "unseen6")
+BLIND_SETS = ("unseen4", "unseen5", "unseen6", "unseen7")
 """The sets whose before column was measured blind; their ``labels.tsv`` adds ``hit_before``."""
 
 KEYS = (
@@ -52,7 +53,8 @@ REPOSITORY_OF_PROJECT = {
     "transformer-engine": ("NVIDIA/TransformerEngine",),
     "deepep": ("deepseek-ai/DeepEP",),
     "other": ("NVIDIA-NeMo/NeMo", "NVIDIA-NeMo/RL", "NVIDIA-NeMo/Automodel", "verl-project/verl", "NVIDIA/nvshmem",
-              "deepseek-ai/DeepGEMM", "alibaba/Pai-Megatron-Patch", "sgl-project/sglang", "THUDM/slime", "NVIDIA/srt-slurm"),
+              "deepseek-ai/DeepGEMM", "alibaba/Pai-Megatron-Patch", "sgl-project/sglang", "THUDM/slime", "NVIDIA/srt-slurm",
+              "ishandhanani/srt-slurm", "radixark/miles", "NVIDIA/Model-Optimizer", "ROCm/Megatron-LM"),
 }
 SYMPTOM_CLASSES = {
     "upstream-assertion", "hang", "crash-signal", "wrong-numerics", "silent-fallback",
@@ -99,8 +101,9 @@ def test_source_url_is_the_thread_the_id_names(name, stem):
     match = re.fullmatch(r"https://github\.com/([\w.-]+/[\w.-]+)/(issues|pull)/(\d+)", report["source_url"])
     assert match, report["source_url"]
     assert match.group(1) in REPOSITORY_OF_PROJECT[report["project"]]
+    named = {"NVIDIA-NeMo/RL": "nemo-rl", "NVIDIA-NeMo/NeMo": "nemo", "ROCm/Megatron-LM": "rocm-megatron-lm"}
     prefix = report["project"] if report["project"] != "other" else \
-        {"NVIDIA-NeMo/RL": "nemo-rl", "NVIDIA-NeMo/NeMo": "nemo"}.get(match.group(1), match.group(1).split("/")[1].lower())
+        named.get(match.group(1), match.group(1).split("/")[1].lower())
     assert stem == f"{prefix}-{match.group(3)}"
 
 

@@ -16,7 +16,7 @@ named now, computed, and the judged hit) and on the third (``failure_reports_uns
 the Transformer Engine, NVSHMEM and build signatures written from it) and on the fourth (``failure_reports_unseen4``,
 *before* measured blind, with its judged hit in a ``hit_before`` column), the fifth and the sixth
 (``failure_reports_unseen5``,
-``failure_reports_unseen6``, the same). A corpus label ``upstream-check:FILE``
+``failure_reports_unseen6``, ``failure_reports_unseen7``, the same). A corpus label ``upstream-check:FILE``
 is met by the general upstream-check finding for a check in FILE (``upstream-check:FILE:LINE``: the line
 follows the installed version). The corpus folder is found beside this checkout
 (``tests/unit/fixtures/failure_reports``, labels in ``tests/unit/fixtures/corpus_causes.tsv``) or given.
@@ -44,9 +44,11 @@ UNSEEN3 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen3"
 UNSEEN4 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen4"
 UNSEEN5 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen5"
 UNSEEN6 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen6"
+UNSEEN7 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen7"
 READ_FROM = "2026-12-02"
 """From this date on the developer has read the holdout and every unseen set: their rates are no longer blind
-(unseen4's, unseen5's and unseen6's *before* columns are: each was measured before its set was read)."""
+(unseen4's to unseen7's *before* columns are: each was measured before its set was read; unseen7 was read from
+2026-12-03)."""
 HEADER = ("<!-- Generated from the code by `python -m mbridge_ep_overlap.tools.gen_docs --write`: "
           "do not edit by hand. -->\n\n")
 
@@ -151,6 +153,8 @@ class LabelledSet:
     """What *before* means for this set: what was there when it was first run, what was added after."""
     blind: bool = False
     """*Before* was measured before anyone who changes the signatures read the set."""
+    read_from: str = READ_FROM
+    """The date from which the developer has read the set."""
 
 
 LABELLED_SETS = {
@@ -176,6 +180,13 @@ LABELLED_SETS = {
                            "read; then GNU ld's missing-library error, a re-quoted duplicate-symbol line, Transformer "
                            "Engine's FP8 leading-dimension check and AttributeErrors across a package boundary were "
                            "added", blind=True),
+    "unseen7": LabelledSet("unseen7", "Seventh set collected apart from the signatures",
+                           "blind, on main c090c35 (with the py-spy, launcher, ImportError and CUDA / cuBLAS / NCCL "
+                           "runtime-error readers), before the set was read; then a DeepEP check wrapped onto two lines "
+                           "and the CUDA error it reports, an error printed as its repr (a wrapping exception, a Ray "
+                           "worker), a raised message the installed version only warns about, compile-time "
+                           "`static_assert`s and TypeErrors across a package boundary were read", blind=True,
+                           read_from="2026-12-03"),
 }
 
 
@@ -189,7 +200,7 @@ def _labelled_section(folder: Path, labelled: LabelledSet) -> list[str]:
            f"{len(rows)} more reports (`tests/unit/fixtures/{folder.name}`), collected without reading the "
            f"signatures. *Before* is what `diagnose` named when the set was first run, {labelled.before}; *named* is "
            "what it names now (computed), and those additions were written after looking at this set, so *named* is "
-           f"not an unseen measurement; the developer has read the whole set from {READ_FROM} on. *Hit*: does the top "
+           f"not an unseen measurement; the developer has read the whole set from {labelled.read_from} on. *Hit*: does the top "
            "cause name the maintainers' cause (yes / partial / no, a judgement in `labels.tsv`).", "",
            f"- **{labelled.name}, reports whose cause is recognisable from the log:** {len(counted)}; a cause named "
            f"before: {named_before}, now: {named_after}; hit now: {yes} yes, {partial} partial"]
@@ -230,7 +241,7 @@ def render(folder: Path = CORPUS, label_file: Path = LABELS) -> str:
 
 def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN, unseen2: Path = UNSEEN2,
          unseen3: Path = UNSEEN3, unseen4: Path = UNSEEN4, unseen5: Path = UNSEEN5,
-         unseen6: Path = UNSEEN6) -> str:
+         unseen6: Path = UNSEEN6, unseen7: Path = UNSEEN7) -> str:
     sigs = all_signatures()
     out = ["# Troubleshooting EP overlap: symptom -> cause -> fix", "",
            "`mbridge-ep-overlap diagnose PATH...` (a log, a run folder, Slurm output, or `-` for a pasted log) "
@@ -284,7 +295,7 @@ def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN
         out.append("")
     for path, labelled in ((unseen2, LABELLED_SETS["unseen2"]), (unseen3, LABELLED_SETS["unseen3"]),
                            (unseen4, LABELLED_SETS["unseen4"]), (unseen5, LABELLED_SETS["unseen5"]),
-                           (unseen6, LABELLED_SETS["unseen6"])):
+                           (unseen6, LABELLED_SETS["unseen6"]), (unseen7, LABELLED_SETS["unseen7"])):
         if path.is_dir():
             out += _labelled_section(path, labelled)
     return "\n".join(out)

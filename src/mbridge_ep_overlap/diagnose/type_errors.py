@@ -13,7 +13,8 @@ Contract
   function, or B calls A with a layout A's version does not take), else the package of the function the message names
   (A calls B's function: the name's module through the imports of A's installed file, or the dotted call A's line
   prints);
-- a package is read from the path alone (``package_of``): the first folder below ``site-packages`` / ``dist-packages``;
+- a package is read from the path alone (``package_of``): the first folder below ``site-packages`` / ``dist-packages``
+  or below a pasted log's elided prefix (``.../PKG/...``);
   in a source tree the first folder named as a package installed here; else the first folder after the folders the two
   files share (one package when that folder is a package here; a file right in the shared folder is a script); for A
   only, else the file's own folder.
@@ -134,6 +135,8 @@ def package_of(path: str, other: str = "", strong: bool = False) -> str:
             top = p.rsplit(marker, 1)[1].split("/")[0].removesuffix(".py")
             return top if _identifier(top) else ""
     folders = [x for x in p.split("/")[:-1] if x]
+    if len(folders) >= 2 and folders[0] in ("...", "\u2026") and _identifier(folders[1]):
+        return folders[1]  # a pasted log's elided prefix (".../PKG/...") stands for the installation's folder
     installed = installed_modules.top_names()
     for part in folders:
         if part in installed and part not in _GENERIC_FOLDERS and _identifier(part):
