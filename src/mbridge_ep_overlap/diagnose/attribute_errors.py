@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from . import class_source, foreign_attributes, init_order, installed_modules, upstream_source
 from .report import Finding
 from .signatures.config_error import ATTRIBUTE_ERROR
-from .upstream_checks import FRAME, PREFIX
+from .traceback_frames import Frames, named_findings
+from .upstream_checks import PREFIX
 
 CHAIN_CONFIDENCE = 0.6
 PLAIN_CONFIDENCE = 0.4
@@ -77,41 +78,24 @@ class AttributeErrorLine:
 class AttributeErrors:
     def __init__(self) -> None:
         self.errors: list[AttributeErrorLine] = []
-        self._frames: list[tuple[str, int, str, str]] = []
+        self._frames = Frames()
 
     def feed(self, text: str, where: str) -> None:
-        if "Traceback (most recent call last)" in text:
-            self._frames = []
-        elif m := FRAME.match(text):
-            self._frames.append((m.group(1), int(m.group(2)), m.group(3), ""))
-            del self._frames[:-64]
-        elif "AttributeError: " in text and (m := MESSAGE.search(text)):
+        if self._frames.start_or_frame(text):
+            return
+        if "AttributeError: " in text and (m := MESSAGE.search(text)):
             kind = "type" if m.group("type") else "module" if " module '" in m.group(0) else "object"
+            frames = self._frames.take()
             if len(self.errors) < MAX_ERRORS and all(e.key != f"{m.group('owner')}.{m.group('attr')}" for e in self.errors):
                 self.errors.append(AttributeErrorLine(m.group("owner"), m.group("attr"), kind, where,
-                                                      PREFIX.sub("", text).strip()[:300], self._frames,
+                                                      PREFIX.sub("", text).strip()[:300], frames,
                                                       bool(m.group("partial"))))
-            self._frames = []
-        elif self._frames and not self._frames[-1][3]:
-            code = PREFIX.sub("", text).strip()
-            if code and not set(code) <= set("^~ "):
-                self._frames[-1] = (*self._frames[-1][:3], code[:200])
+        else:
+            self._frames.other(text)
 
 
 def findings(errors: list[AttributeErrorLine]) -> list[Finding]:
-    out: dict[str, Finding] = {}
-    for e in errors:
-        try:
-            named = _module(e) if e.kind == "module" else _class(e)
-        except (RecursionError, ValueError, SyntaxError, OSError):  # a source too deep or odd to read: that error unnamed
-            named = None
-        if named is None:
-            continue
-        sig, detail = named
-        f = out.setdefault(sig.id, Finding(sig))
-        f.add(f"{e.where}: {e.line}")
-        f.detail += detail
-    return list(out.values())
+    return named_findings(errors, lambda e: _module(e) if e.kind == "module" else _class(e))
 
 
 def _relative(path: str) -> str:

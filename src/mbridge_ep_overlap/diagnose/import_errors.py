@@ -52,7 +52,8 @@ from dataclasses import dataclass, field
 from . import foreign_attributes, installed_modules, upstream_source
 from .report import Finding
 from .signatures.install import CIRCULAR_IMPORT, IMPORT_NAME_MISSING, PACKAGE_NOT_INSTALLED, SUBMODULE_MISSING
-from .upstream_checks import FRAME, PREFIX
+from .traceback_frames import Frames, named_findings
+from .upstream_checks import PREFIX
 
 FRAME_CONFIDENCE = 0.5
 PLAIN_CONFIDENCE = 0.4
@@ -103,51 +104,28 @@ def _machinery(path: str) -> bool:
 class ImportErrors:
     def __init__(self) -> None:
         self.errors: list[ImportErrorLine] = []
-        self._frames: list[tuple[str, int, str, str]] = []
-        self._skip_code = False
+        self._frames = Frames(skip=_machinery, other_end=OTHER_END)
 
     def feed(self, text: str, where: str) -> None:
-        if "Traceback (most recent call last)" in text:
-            self._frames = []
-        elif m := FRAME.match(text):
-            self._skip_code = _machinery(m.group(1))
-            if not self._skip_code:
-                self._frames.append((m.group(1), int(m.group(2)), m.group(3), ""))
-                del self._frames[:-64]
-        elif "Error: " in text and (m := NAME_MESSAGE.search(text) or MODULE_MESSAGE.search(text)):
+        if self._frames.start_or_frame(text):
+            return
+        if "Error: " in text and (m := NAME_MESSAGE.search(text) or MODULE_MESSAGE.search(text)):
             self._add(m, text, where)
-            self._frames = []
-        elif self._frames and OTHER_END.match(PREFIX.sub("", text).strip()):
-            self._frames = []  # a traceback that ended in another exception: its frames are no import's
-        elif self._frames and not self._frames[-1][3] and not self._skip_code:
-            code = PREFIX.sub("", text).strip()
-            if code and not set(code) <= set("^~ "):
-                self._frames[-1] = (*self._frames[-1][:3], code[:200])
+        else:
+            self._frames.other(text)
 
     def _add(self, m: re.Match, text: str, where: str) -> None:
         named = m.re is NAME_MESSAGE
         e = ImportErrorLine(m.group("module"), m.group("name") if named else "", where, PREFIX.sub("", text).strip()[:300],
                             (m.group("path") or "") if named else "", bool(named and m.group("partial")),
                             "" if named else m.group("parent") or "", (m.group("near") or "") if named else "",
-                            self._frames)
+                            self._frames.take())
         if len(self.errors) < MAX_ERRORS and all(x.key != e.key for x in self.errors):
             self.errors.append(e)
 
 
 def findings(errors: list[ImportErrorLine]) -> list[Finding]:
-    out: dict[str, Finding] = {}
-    for e in errors:
-        try:
-            named = _name(e) if e.name else _module(e)
-        except (RecursionError, ValueError, SyntaxError, OSError):  # a source too deep or odd to read: that error unnamed
-            named = None
-        if named is None:
-            continue
-        sig, detail = named
-        f = out.setdefault(sig.id, Finding(sig))
-        f.add(f"{e.where}: {e.line}")
-        f.detail += detail
-    return list(out.values())
+    return named_findings(errors, lambda e: _name(e) if e.name else _module(e))
 
 
 # ---- words shared by the readers ------------------------------------------------------------------------

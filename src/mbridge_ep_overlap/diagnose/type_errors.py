@@ -42,7 +42,8 @@ from . import call_signatures, installed_modules
 from .import_errors import _frame_words
 from .report import Finding
 from .signatures.install import TYPE_ERROR_ACROSS_PACKAGES
-from .upstream_checks import FRAME, PREFIX
+from .traceback_frames import Frames, named_findings
+from .upstream_checks import PREFIX
 
 CONFIDENCE = 0.45
 NAMED_CONFIDENCE = 0.4
@@ -68,45 +69,26 @@ class TypeErrorLine:
 class TypeErrors:
     def __init__(self) -> None:
         self.errors: list[TypeErrorLine] = []
-        self._frames: list[tuple[str, int, str, str]] = []
+        self._frames = Frames(other_end=OTHER_END)
 
     def feed(self, text: str, where: str) -> None:
-        if "Traceback (most recent call last)" in text:
-            self._frames = []
-        elif m := FRAME.match(text):
-            self._frames.append((m.group(1), int(m.group(2)), m.group(3), ""))
-            del self._frames[:-64]
-        elif "TypeError: " in text and (m := MESSAGE.search(PREFIX.sub("", text))):
-            if self._frames and len(self.errors) < MAX_ERRORS and all(
-                    (e.message, e.frames[-1][:2]) != (m.group("message"), self._frames[-1][:2]) for e in self.errors):
+        if self._frames.start_or_frame(text):
+            return
+        if "TypeError: " in text and (m := MESSAGE.search(PREFIX.sub("", text))):
+            frames = self._frames.take()
+            if frames and len(self.errors) < MAX_ERRORS and all(
+                    (e.message, e.frames[-1][:2]) != (m.group("message"), frames[-1][:2]) for e in self.errors):
                 self.errors.append(TypeErrorLine(m.group("message")[:500], where, PREFIX.sub("", text).strip()[:300],
-                                                 self._frames))
-            self._frames = []
-        elif self._frames and OTHER_END.match(PREFIX.sub("", text).strip()):
-            self._frames = []  # a traceback that ended in another exception
-        elif self._frames and not self._frames[-1][3]:
-            code = PREFIX.sub("", text).strip()
-            if code and not set(code) <= set("^~ "):
-                self._frames[-1] = (*self._frames[-1][:3], code[:200])
+                                                 frames))
+        else:
+            self._frames.other(text)
 
     def finish(self) -> None:
-        self._frames = []
+        self._frames.take()
 
 
 def findings(errors: list[TypeErrorLine]) -> list[Finding]:
-    out: dict[str, Finding] = {}
-    for e in errors:
-        try:
-            named = _named(e)
-        except (RecursionError, ValueError, SyntaxError, OSError):  # a source too deep or odd to read: that error unnamed
-            named = None
-        if named is None:
-            continue
-        sig, detail = named
-        f = out.setdefault(sig.id, Finding(sig))
-        f.add(f"{e.where}: {e.line}")
-        f.detail += [d for d in detail if d not in f.detail]
-    return list(out.values())
+    return named_findings(errors, _named)
 
 
 # ---- packages from paths ----------------------------------------------------------------------------------------
