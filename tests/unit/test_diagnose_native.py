@@ -319,3 +319,14 @@ def test_a_cuda_check_names_the_error_and_its_row(name):
 def test_an_assertion_check_gets_no_cuda_meaning():
     c = native_checks.parse(ep_exception("Assertion", "/x/csrc/deep_ep.cpp", 5, "num_ranks <= 8"))
     assert native_checks._cuda_name(c) == "" and native_checks._cuda_meaning(c) is None
+
+
+def test_an_nvshmem_line_before_the_one_a_signature_names_is_the_first():
+    text = (nvshmem_error_jmp("/b/main_nvshmem/src/host/transport/transport.cpp", 420, "non-zero status: 7",
+                              "connect EPS failed")
+            + nvshmem_error_jmp("/b/main_nvshmem/src/modules/transport/ibgda/ibgda.cpp", 2234, "NULL value",
+                                "Unable to create ah."))
+    found = {f.signature.id: f for f in run(text).findings}
+    first = found["native-check:nvshmem:src/host/transport/transport.cpp:420"]
+    assert first.signature.confidence != native_checks.FOLLOW_CONFIDENCE
+    assert "follows from the first NVSHMEM error" not in first.signature.cause

@@ -270,7 +270,9 @@ def _native(natives: native_checks.NativeChecks, ev: Evidence, findings: dict[st
     """The native checks no hand-written signature already names (its evidence holds the line)."""
     named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
     fresh = [c for c in natives.checks if not any(c[2][:120] in line for line in named)]
-    chain = tuple(c[0].library for c in natives.checks if c not in fresh and c[0].library == "nvshmem")
+    # an NVSHMEM chain follows from its first line (log order): named by a signature, the fresh ones all follow it
+    first = next((c for c in natives.checks if c[0].library == "nvshmem"), None)
+    chain = ("nvshmem",) if first is not None and first not in fresh else ()
     for f in native_checks.findings(fresh, ev.facts, chain):
         findings.setdefault(f.signature.id, f)
 

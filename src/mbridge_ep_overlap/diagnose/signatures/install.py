@@ -25,6 +25,10 @@ def _deepep_nvshmem_pairing_ok(facts: dict) -> bool | None:
         return None
     return not (deep_ep[:3] == (1, 2, 1) and nvshmem >= (3, 5, 19))
 
+ENABLE_IBGDA = ("enable IBGDA on the nodes as DeepEP's third-party/README.md says: NVIDIA driver options "
+                "NVreg_EnableStreamMemOPs=1 NVreg_RegistryDwords=\"PeerMappingOverride=1;\"")
+"""How IBGDA is turned on, said by every signature whose fix it is."""
+
 SIGNATURES = (
     Signature(
         id="deepep-not-installed", symptom="install",
@@ -97,9 +101,8 @@ SIGNATURES += (
         cause="NVSHMEM's IBGDA transport (GPU-initiated RDMA, which DeepEP's internode and low-latency kernels use) "
               "could not set up a NIC resource (an address handle, queue pair or memory registration): the NIC, its "
               "driver or the GPU driver's settings do not support IBGDA as the job configures it.",
-        fix="enable IBGDA on the nodes as DeepEP's third-party/README.md says (NVIDIA driver options "
-            "NVreg_EnableStreamMemOPs=1 NVreg_RegistryDwords=\"PeerMappingOverride=1;\", or gdrcopy with its gdrdrv "
-            "module for CPU-assisted IBGDA); on RoCE check the GID index NVSHMEM uses (NVSHMEM_IB_GID_INDEX); "
+        fix=f"{ENABLE_IBGDA}, or gdrcopy with its gdrdrv module for CPU-assisted IBGDA; on RoCE check the GID index "
+            "NVSHMEM uses (NVSHMEM_IB_GID_INDEX); "
             "NVSHMEM_DEBUG=INFO names the failing NIC",
         source="installed:nvidia/nvshmem/lib/nvshmem_transport_ibgda.so.3",
         emitted=("/dvs/p4/build/sw/rel/gpgpu/toolkit/r13.0/main_nvshmem/src/modules/transport/ibgda/ibgda.cpp:2234: "
@@ -113,9 +116,8 @@ SIGNATURES += (
         cause="NVSHMEM's IBGDA transport could not map the NIC's doorbell and queue memory for the GPU, so the GPU "
               "cannot ring the NIC itself and NVSHMEM goes on with its CPU-assisted path: DeepEP's internode and "
               "low-latency RDMA traffic then runs far below the NICs' bandwidth (IBGDA is not fully enabled).",
-        fix="enable IBGDA on the nodes as DeepEP's third-party/README.md says (NVIDIA driver options "
-            "NVreg_EnableStreamMemOPs=1 NVreg_RegistryDwords=\"PeerMappingOverride=1;\", then reload the driver or "
-            "reboot), then rerun DeepEP's test_internode.py and compare its RDMA GB/s with the NICs' line rate",
+        fix=f"{ENABLE_IBGDA}, then reload the driver or reboot; then rerun DeepEP's test_internode.py and compare its "
+            "RDMA GB/s with the NICs' line rate",
         source="installed:nvidia/nvshmem/lib/nvshmem_transport_ibgda.so.3",
         emitted=("WARN: ibgda_alloc_and_map_qp_uar with GPU as handler failed. We may need to enter the CPU fallback path.",
                  "WARN: cudaHostRegister with IoMemory failed with error=800. We may need to use a fallback path."),
@@ -126,8 +128,7 @@ SIGNATURES += (
         cause="NVSHMEM could not initialise its IBGDA transport (GPU-initiated RDMA over InfiniBand or RoCE, which "
               "DeepEP's low-latency and internode kernels need on either fabric): the GPU driver is not set up for "
               "IBGDA, or no NIC NVSHMEM can use was found.",
-        fix="enable IBGDA on the nodes as DeepEP's third-party/README.md says (NVIDIA driver options "
-            "NVreg_EnableStreamMemOPs=1 NVreg_RegistryDwords=\"PeerMappingOverride=1;\"), on RoCE as on InfiniBand; "
+        fix=f"{ENABLE_IBGDA}, on RoCE as on InfiniBand; "
             "NVSHMEM_DEBUG=INFO names the NIC and the step that failed",
         source="installed:nvidia/nvshmem/lib/libnvshmem_host.so.3",
         emitted=("/dvs/p4/build/sw/rel/gpgpu/toolkit/r13.0/main_nvshmem/src/host/transport/transport.cpp:"
