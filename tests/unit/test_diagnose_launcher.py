@@ -299,3 +299,11 @@ def test_an_unresolvable_master_addr_is_said():
 def test_edge_lines_never_raise(text):
     d = run(text)
     assert d.lines()
+
+
+@pytest.mark.parametrize("code,name", [(-7, "SIGBUS"), (-4, "SIGILL"), (-8, "SIGFPE")])
+def test_a_rank_that_died_of_another_signal_is_not_said_to_have_exited(code, name):
+    d = run(_installed_summary({0: (code, 10), 1: (-15, 20)}))
+    f = finding(d, "torchrun-rank-failed")
+    assert f is not None and f"died of {name} (exit code {code})" in f.signature.cause
+    assert "above 0" not in f.signature.cause and "faulthandler" in f.signature.fix

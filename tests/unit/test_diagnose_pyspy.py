@@ -126,3 +126,29 @@ def test_the_dumps_alone_name_processes_by_pid():
         f.feed(line, f"x:{i}")
     (found,) = pyspy.findings(f)
     assert all(": pid " in e for e in found.evidence)
+
+
+def _dump(pid: int, frames: list[str]) -> list[str]:
+    """One process's dump in py-spy's layout (the format the excerpt tests above check)."""
+    return ([f"Process {pid}: python train.py", "Python v3.12.3 (/usr/bin/python3.12)", "", f'Thread {pid} (idle): "MainThread"']
+            + [f"    {f}" for f in frames])
+
+
+def _findings_of(lines: list[str]):
+    d = pyspy.PySpyDumps()
+    for i, line in enumerate(lines):
+        d.feed(line, f"x:{i}")
+    return pyspy.findings(d)
+
+
+def test_a_rank_waiting_on_a_queue_of_the_standard_library_is_the_straggler():
+    (f,) = _findings_of(_dump(1, ["all_reduce (torch/distributed/distributed_c10d.py:2501)", "step (train.py:10)"])
+                        + _dump(2, ["wait (threading.py:355)", "get (queue.py:171)", "next_batch (train.py:20)"]))
+    assert "pid 1 waits in all_reduce, while pid 2 is elsewhere" in f.signature.cause
+
+
+def test_ranks_in_different_calls_without_a_majority_say_so():
+    (f,) = _findings_of(_dump(1, ["all_reduce (torch/distributed/distributed_c10d.py:2501)"])
+                        + _dump(2, ["all_to_all (torch/distributed/distributed_c10d.py:4000)"]))
+    assert "different calls (pid 1 in all_reduce; pid 2 in all_to_all)" in f.signature.cause
+    assert "same call" not in f.signature.cause

@@ -398,3 +398,9 @@ def test_no_line_makes_the_reader_raise():
     runtime_errors.findings(errors)
     d = run("\n".join(x.replace("\udcff", "?") for x in lines) + "\n")
     assert d.exit_code in (0, 1)
+
+
+def test_an_older_nccl_text_without_the_debug_hint_is_named():
+    d = run("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:825, unhandled system "
+            "error, NCCL version 2.7.8")
+    assert "nccl-system-error" in [f.signature.id for f in d.findings]

@@ -342,3 +342,24 @@ def test_a_pasted_logs_elided_prefix_stands_for_the_installation():
              "TypeError: object of type 'bool' has no len()\n")
     d = diagnose(["-"], stdin=io.BytesIO(lines.encode()))
     assert d.findings[0].signature.id.startswith("type-error:zz_plugin_pkg:zz_host_pkg:")
+
+
+def _found(source: str, method: bool = False) -> call_signatures.Found:
+    import ast
+
+    fn = ast.parse(source).body[0]
+    return call_signatures.Found("pkg.mod", "pkg/mod.py", 1, f"{fn.name}({ast.unparse(fn.args)})", fn.args, method, "")
+
+
+def test_a_repeated_argument_is_not_taken_for_another_version():
+    call = call_signatures.Call.parse("braceexpand() got multiple values for argument 'escape'")
+    fit, words = call_signatures.fits(_found("def braceexpand(pattern, escape=True): pass"), call)
+    assert fit is None and "passed both by position and by name" in words and "pattern, escape" in words
+
+
+def test_takes_no_arguments_fits_only_a_signature_that_takes_some():
+    call = call_signatures.Call.parse("Widget.__init__() takes no arguments")
+    takes, words = call_signatures.fits(_found("def __init__(self, a): pass", method=True), call)
+    assert takes is True and "another version" in words
+    none, words = call_signatures.fits(_found("def __init__(self): pass", method=True), call)
+    assert none is False and "takes none either" in words

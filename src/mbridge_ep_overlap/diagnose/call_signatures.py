@@ -120,7 +120,7 @@ def imports(dotted: str) -> dict[str, str]:
             if node.level:
                 parts = package.split(".") if package else []
                 keep = len(parts) - node.level + 1
-                if keep < 0:
+                if keep < 1:  # climbs above the top package: nothing it names is known
                     continue
                 base = ".".join(parts[:keep] + ([base] if base else []))
             for a in node.names:
@@ -176,7 +176,10 @@ def fits(found: Found, call: Call) -> tuple[bool | None, str]:
     positional = [p.arg for p in a.posonlyargs + a.args]
     names = positional + [p.arg for p in a.kwonlyargs]
     at = f"the installed {found.version}'s {found.signature} ({found.where})"
-    if call.kind in ("keyword", "repeated"):
+    if call.kind == "repeated":  # the keyword is a parameter by the error itself: the call passed it twice
+        return None, (f"{at}: a value for {call.keyword} was passed both by position and by name (the installed "
+                      f"signature's order: {', '.join(positional) or 'none'})")
+    if call.kind == "keyword":
         if call.keyword in names:
             return True, f"{at} takes {call.keyword}: the run's copy is another version than the one installed here"
         if a.kwarg is not None:
@@ -200,6 +203,9 @@ def fits(found: Found, call: Call) -> tuple[bool | None, str]:
         if needed:
             return False, f"{at} requires {', '.join(needed)} too: the calling code was written for another version"
         return True, f"{at} does not require {', '.join(call.missing)}: the run's copy is another version"
-    if call.kind == "none":
-        return (not names and a.vararg is None), f"{at}"
+    if call.kind == "none":  # "takes no arguments": the installed one accepts some when it has any beyond the instance
+        takes = [n for n in names if not (found.method and n in ("self", "cls"))]
+        accepts = bool(takes) or a.vararg is not None or a.kwarg is not None
+        return accepts, (f"{at} takes arguments: the run's copy is another version than the one installed here" if accepts
+                         else f"{at} takes none either: the calling code was written for another version")
     return None, at

@@ -22,6 +22,7 @@ raises for any text.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
@@ -32,6 +33,7 @@ from . import crashes
 from .iterations import IterationSeries
 from .report import Finding
 from .signatures import all_signatures
+from .signatures.launch import TEARDOWN
 
 MAX_RECORDS = 16
 MAX_RANKS = 1024
@@ -40,13 +42,13 @@ STEADY_SLACK_S = 30.0
 
 _CANCEL = re.compile(r"\*\*\* (JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)(?: DUE (?:TO|to) ([A-Z a-z]+?))?(?:,.*)? \*\*\*")
 _OOM_KILL = re.compile(r"Detected (\d+) oom[-_]kill event.{0,12} in (?:StepId=)?(\d+)(?:\.(\S+?))?\.? Some of|"
-                       r"(\S+): tasks? ([0-9,\-\[\]]+): Out Of Memory")
-_TASK_EXIT = re.compile(r"(\S+): tasks? ([0-9,\-\[\]]+): Exited with exit code (\d+)")
+                       r"(?<!\S)(\S+): tasks? ([0-9,\-\[\]]+): Out Of Memory")
+_TASK_EXIT = re.compile(r"(?<!\S)(\S+): tasks? ([0-9,\-\[\]]+): Exited with exit code (\d+)")
 _NODE_FAIL = re.compile(r"Node failure on (\S+)")
 _BIND = re.compile(r"The server socket has failed to (?:listen|bind)\b.*?(?:port: (\d+)|:(\d+) \(errno: 98)")
 _CONNECT = re.compile(r"The client socket has timed out after (\d+m?s) while trying to connect to \((\S+), (\d+)\)")
 _UNRESOLVED = re.compile(r"network addresses of \((\S+), \d+\) cannot be retrieved \(gai error: ([^)]*)\)")
-_LOST = re.compile(r"(\w+) failed on SocketImpl\(.*?remote=([^)]*)\): (Connection reset by peer|Broken pipe|"
+_LOST = re.compile(r"(?<!\w)(\w+) failed on SocketImpl\(.*?remote=([^)]*)\): (Connection reset by peer|Broken pipe|"
                    r"Failed to recv, got 0 bytes)|DistNetworkError: (Connection reset by peer|Broken pipe|"
                    r"Failed to recv, got 0 bytes)")
 _KERNEL_OOM = re.compile(r"Out of memory: Killed process \d+|oom-kill:|Memory cgroup out of memory")
@@ -143,7 +145,16 @@ class LauncherLines:
                                    "(another node's log, or the scheduler's messages)")
             return
         sig_id = "torchrun-rank-killed" if root.exitcode == -9 else "torchrun-rank-failed"
-        f = findings.setdefault(sig_id, Finding(_SIG[sig_id]))
+        sig = _SIG[sig_id]
+        if root.signal and sig_id == "torchrun-rank-failed":  # died of another signal: no exit code of its own
+            sig = dataclasses.replace(sig, cause=(
+                f"torchrun's root cause is one rank that died of {root.signal} (exit code {root.exitcode}): a signal "
+                f"it did not survive (SIGBUS: a bad memory mapping, e.g. a truncated file or /dev/shm too small; SIGILL: "
+                f"an instruction this CPU or GPU build does not have; SIGFPE: an integer division by zero in native "
+                f"code), and " + TEARDOWN + "."), fix=(
+                "read that rank's stderr and faulthandler output for the native frame it died in (PYTHONFAULTHANDLER=1 "
+                "prints every thread's Python stack on such a signal)"))
+        f = findings.setdefault(sig_id, Finding(sig))
         self._evidence(f, root)
         f.detail.append(head)
         if torn_words:

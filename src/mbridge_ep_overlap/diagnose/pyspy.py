@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,9 +81,22 @@ def _wait(frames: list[tuple[str, str, int]]) -> tuple[str, str] | None:
     """(what it waits in, 'function (file:line)') for the innermost waiting frame of Python code."""
     for func, file, line in frames:
         name = func.rsplit(".", 1)[-1]  # py-spy prints methods as Class.method, closures as f.<locals>.g
+        if name in _GENERIC_WAITS and _standard_library(file):
+            continue  # a thread's or queue's wait (a data loader) is no collective
         if name in _WAITS and (line or file.endswith(".py")):
             return _WAITS[name], f"{func} ({Path(file).name}:{line})"
     return None
+
+
+_GENERIC_WAITS = {"wait", "synchronize", "send", "recv", "dispatch", "combine"}
+
+
+def _standard_library(file: str) -> bool:
+    """A file of Python's own library as py-spy prints it (``threading.py``, ``multiprocessing/connection.py``)."""
+    path = file.replace("\\", "/")
+    if "site-packages/" in path or "dist-packages/" in path:
+        return False
+    return path.split("/")[0].removesuffix(".py") in sys.stdlib_module_names
 
 
 class PySpyDumps:
@@ -134,6 +148,13 @@ def findings(dumps: PySpyDumps, facts: dict[str, dict] | None = None) -> list[Fi
         usual = waiting[0][0]
         odd = [p for p in procs if waits[id(p)] and waits[id(p)][0] != usual]
     sig: Signature = PY_SPY
+    if len(waiting) > 1 and not odd:  # different calls, no majority: which side is out of step is not known
+        each = "; ".join(f"{', '.join(p.rank for p in procs if waits[id(p)] and waits[id(p)][0] == call)} in {call}"
+                         for call, _ in waiting)
+        sig = dataclasses.replace(sig, cause=(
+            f"py-spy's dumps show the processes waiting in different calls ({each}), as many in each: the ranks' "
+            f"collectives went out of step (one side skipped or added a call), and no majority says which side; the "
+            f"flight recorder's sequence numbers show the first call they disagree on."))
     if odd:
         names = ", ".join(p.rank for p in odd)
         held = ", ".join(p.rank for p in procs if p not in odd and waits[id(p)] and waits[id(p)][0] == usual)

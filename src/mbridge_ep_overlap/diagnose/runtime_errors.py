@@ -39,13 +39,13 @@ from .signatures.runtime import CUBLAS_STATUSES, CUDA_ERRORS, IBV_WC_NAMES, IBV_
 MAX_KEPT = 16
 BY_ID = {s.id: s for s in SIGNATURES}
 
-_ASSERT = re.compile(r"(?<![^\s'\"(=])(?P<file>[^\s'\":]+\.(?:cu|cuh|cpp|cc|h|hpp)):(?P<line>\d{1,9}): (?P<kernel>[^`]{1,400}?): "
+_ASSERT = re.compile(r"(?<![^\s'\"(=])(?P<file>[^\s'\":(]+\.(?:cu|cuh|cpp|cc|h|hpp)):(?P<line>\d{1,9}): (?P<kernel>[^`]{1,400}?): "
                      r"block: \[(?P<block>[\d,\s]{1,40})\], thread: \[(?P<thread>[\d,\s]{1,40})\] "
                      r"Assertion `(?P<cond>[^`]{1,1000})` failed\.")  # bounded: no backtracking over a long line
 _CUBLAS = re.compile(r"\bCUDA error: (?P<status>CUBLAS_STATUS_[A-Z_]+)(?: when calling `(?P<call>[^`]*)`?)?")
-_CUDA = re.compile(r"\bCUDA error: (?P<msg>[^`\n]+?)[\s.]*$")
+_CUDA = re.compile(r"\bCUDA error: (?P<msg>[^`\n]*[^`\s.])[\s.]*$")
 _SEARCH = re.compile(r"Search for `(?P<name>cudaError\w+)'")
-_NCCL = re.compile(r"\bNCCL error(?: in: (?P<at>[^\s,]+),|:) (?P<msg>.+?)(?:, NCCL version (?P<version>[\w.+-]+))?\s*$")
+_NCCL = re.compile(r"\bNCCL error(?: in: (?P<at>[^\s,]+),|:) (?P<msg>.*?\S)(?:, NCCL version (?P<version>[\w.+-]+))?\s*$")
 _NCCL_NAME = re.compile(r"^\s*(?P<name>" + "|".join(NCCL_RESULTS) + r"): (?P<desc>\S.*)$")
 _LAST_ERROR = re.compile(r"^\s*Last error:\s*(?P<rest>.*)$")
 _PEER_GONE = re.compile(r"(?:Connection closed by remote peer|Connection reset by peer)\s*(?P<peer>[^\s,)]*)")
@@ -60,7 +60,8 @@ _DEEPEP = re.compile(r"(?i)deep_ep|deepep|hybrid_ep|hybridep")
 _ROOT = re.compile(r"Root Cause \(first observed failure\)")
 _ROOT_FIELD = re.compile(r"^\s*(?P<key>rank|host|exitcode|traceback)\s*:\s*(?P<value>.+?)\s*$")
 _CUDA_BY_MESSAGE = {message: name for name, (_, message, _) in CUDA_ERRORS.items()}
-_NCCL_BY_MESSAGE = {message: name for name, (_, message, _) in NCCL_RESULTS.items()}
+_NCCL_BY_MESSAGE = {message.split(" (run with")[0]: name for name, (_, message, _) in NCCL_RESULTS.items()}
+"""ncclGetErrorString's text without the "(run with NCCL_DEBUG=... for details)" hint older NCCL releases lack."""
 
 
 @dataclass

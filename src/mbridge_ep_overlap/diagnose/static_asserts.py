@@ -57,7 +57,7 @@ BINDING_LINES = 80
 """Lines after an error line that may hold nvcc's ``[with ...]`` (a long instantiation chain)."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[mK]")
-_FILE = r"(?P<file>[^\s\"():]+)"
+_FILE = r"(?<![^\s\"'(=])(?P<file>[^\s\"():]+)"
 # nvcc's wording is the EDG front end's, as a real nvcc log shows it ('FILE(LINE): error: static assertion failed with
 # "MSG"', the source line and '^' under it, then 'detected during: instantiation of ... [with NAME=VALUE, ...]'): the
 # ik_llama.cpp report (github.com/ikawrakow/ik_llama.cpp/issues/412) and DeepEP's corpus report deepep-50

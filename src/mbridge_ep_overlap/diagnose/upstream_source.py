@@ -35,6 +35,8 @@ PACKAGES = ("megatron.core", "megatron.bridge")
 RAISED = {"AssertionError", "ValueError", "RuntimeError", "TypeError", "NotImplementedError", "KeyError"}
 NEAREST_MIN_RATIO = 0.72
 """How alike (difflib ratio of the literal text) a reworded message must be to name a check at all."""
+NEAREST_MAX_CHARS = 500
+"""Characters of a message compared for likeness (a check's text is shorter)."""
 LEADING_MIN = 16
 """Literal characters a message must share with the start of a check's text to be named by its start alone
 (``leading_likeness``: twice this where the ends differ)."""
@@ -184,13 +186,14 @@ def find(message: str, raised_in: str = "", raised_line: int = 0) -> Match | Non
     exact = [c for c in candidates if c.matches(message)]
     if exact:
         return Match(max(exact, key=rank), True, 1.0)
-    raised = _nearest(message, candidates, raised_in)
+    near = message[:NEAREST_MAX_CHARS]  # likeness of a longer text costs quadratic time and says no more
+    raised = _nearest(near, candidates, raised_in)
     if raised is not None:
         return raised
     # no check raises it here: a check the installed version relaxed to a warning (same text, or nearly)
     warned = [c for rel in files for c in file_warnings(rel)]
     exact = [c for c in warned if c.matches(message)]
-    return Match(max(exact, key=rank), True, 1.0) if exact else _nearest(message, warned, raised_in)
+    return Match(max(exact, key=rank), True, 1.0) if exact else _nearest(near, warned, raised_in)
 
 
 def _words(text: str) -> set[str]:

@@ -26,7 +26,7 @@ _STEPD = f"installed:/usr/sbin/slurmstepd ({SLURM_BINARY})"
 _TORCH_ERRORS = "installed:torch/distributed/elastic/multiprocessing/errors/__init__.py"
 _STORE = f"installed:torch/lib/libtorch_cpu.so (c10d's TCPStore, {STORE_TRIGGERED})"
 
-_TEARDOWN = ("the other ranks' exit code -15 (SIGTERM) is torchrun tearing them down after the first failure, "
+TEARDOWN = ("the other ranks' exit code -15 (SIGTERM) is torchrun tearing them down after the first failure, "
              "not a cause")
 
 SIGNATURES = (
@@ -35,7 +35,7 @@ SIGNATURES = (
         patterns=(),
         cause="torchrun's root cause is a rank killed with SIGKILL (exit code -9) from outside the process: most "
               "often the kernel's OOM killer (host memory: dataloader workers, pinned memory, CPU offload, every "
-              "rank's checkpoint buffers at once) or the scheduler (time limit, cancel); " + _TEARDOWN + ".",
+              "rank's checkpoint buffers at once) or the scheduler (time limit, cancel); " + TEARDOWN + ".",
         fix="look at `dmesg -T | grep -i -E 'killed process|out of memory'` on the rank's host and at the Slurm step "
             "messages (`sacct -j JOB --format=JobID,State,ExitCode,MaxRSS,ReqMem`); for host memory: fewer dataloader "
             "workers, no pinned-memory or CPU-offload buffers beyond need, more --mem per node",
@@ -45,7 +45,7 @@ SIGNATURES = (
         id="torchrun-rank-failed", symptom="crash",
         patterns=(),
         cause="torchrun's root cause is one rank that failed by itself (an exit code above 0: it raised, or called "
-              "sys.exit); its own error is the cause, and " + _TEARDOWN + ".",
+              "sys.exit); its own error is the cause, and " + TEARDOWN + ".",
         fix="read the root-cause rank's traceback (its `[rankN]:` lines, its per-rank log under torchrun's --log-dir, "
             "or its error_file when the entry point is wrapped in torch.distributed.elastic's @record)",
         source=_TORCH_ERRORS,
@@ -113,7 +113,7 @@ SIGNATURES += (
         id="slurm-oom-kill", symptom="oom",
         patterns=(r"Detected \S+ oom[-_]kill event.{0,12} in \S+\. Some of (?:your processes may have been killed by "
                   r"the cgroup out-of-memory handler|the step tasks have been OOM Killed)",
-                  r"\S+: tasks? [0-9,\-\[\]]+: Out Of Memory"),
+                  r"(?<!\S)\S+: tasks? [0-9,\-\[\]]+: Out Of Memory"),
         cause="The kernel's OOM killer killed processes of the Slurm step: the step's cgroup ran past its HOST memory "
               "limit (not GPU memory) - dataloader workers, pinned-memory buffers, CPU offload, or every rank of the "
               "node building its checkpoint in host memory at once. A rank killed this way shows as exit code -9 "
@@ -128,7 +128,7 @@ SIGNATURES += (
         confidence=0.85, versions="Slurm 22.05 (oom-kill event(s)); newer Slurm (oom_kill event ... OOM Killed)"),
     Signature(
         id="slurm-task-exit-code", symptom="crash",
-        patterns=(r"\S+: tasks? [0-9,\-\[\]]+: Exited with exit code \d+",),
+        patterns=(r"(?<!\S)\S+: tasks? [0-9,\-\[\]]+: Exited with exit code \d+",),
         cause="srun reports a task that exited non-zero: with torchrun per node the task is that node's agent, which "
               "exits 1 when one of its ranks failed; the rank's own error is the cause.",
         fix="read torchrun's failure summary of that node (its root cause) and that rank's traceback",
