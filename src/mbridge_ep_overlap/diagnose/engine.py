@@ -153,8 +153,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _numerics(series, finding)
     _attention(attention, findings)
     _native(natives, ev, findings)
-    for f in pyspy.findings(spied, ev.facts):
-        findings.setdefault(f.signature.id, f)
+    _merge(findings, pyspy.findings(spied, ev.facts))
     _runtime(runtime, findings)
     _type_errors(mismatched, findings)  # before the upstream lookup: a call's TypeError is no check's message
     _upstream(raised, findings)
@@ -211,79 +210,75 @@ def _numerics(series: IterationSeries, finding) -> None:
             finding(a.kind).add(f"{a.where}: iteration {a.iteration}: {a.detail}")
 
 
+def _named_lines(findings: dict[str, Finding], but: str = "") -> list[str]:
+    """The evidence lines of the specific findings so far (those whose id starts with ``but`` left out, when given):
+    a line they hold is already named."""
+    return [e for f in findings.values() if not f.signature.generic and not (but and f.signature.id.startswith(but))
+            for e in f.evidence]
+
+
+def _unnamed(items: list, text, findings: dict[str, Finding]) -> list:
+    """The items whose line (``text(item)``, its first 120 characters) no specific finding's evidence holds yet."""
+    named = _named_lines(findings)
+    return [i for i in items if not any(text(i)[:120] in line for line in named)]
+
+
+def _merge(findings: dict[str, Finding], new: list[Finding]) -> None:
+    """A reader's findings beside the others; an id already found keeps its first finding."""
+    for f in new:
+        findings.setdefault(f.signature.id, f)
+
+
 def _attention(attention: attention_backends.AttentionBackends, findings: dict[str, Finding]) -> None:
     """Transformer Engine's attention-backend choice: unfused attention, no backend at all, FP8 attention disabled
     (read before the upstream checks, so that TE's no-backend ValueError is not looked up in MCore's source)."""
-    for f in attention_backends.findings(attention):
-        findings.setdefault(f.signature.id, f)
+    _merge(findings, attention_backends.findings(attention))
 
 
 def _upstream(raised: upstream_checks.RaisedErrors, findings: dict[str, Finding]) -> None:
     """The errors no hand-written signature already names, looked up in the installed upstream source."""
-    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
-    fresh = [e for e in raised.errors if not any(e.message[:120] in line for line in named)]
-    for f in upstream_checks.findings(fresh):
-        findings.setdefault(f.signature.id, f)
+    _merge(findings, upstream_checks.findings(_unnamed(raised.errors, lambda e: e.message, findings)))
 
 
 def _attribute_errors(missing: attribute_errors.AttributeErrors, findings: dict[str, Finding]) -> None:
     """The AttributeErrors on a class or module of the installed MCore / MB source, or across a package boundary,
     that no hand-written signature names."""
-    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
-    fresh = [e for e in missing.errors if not any(e.line[:120] in line for line in named)]
-    for f in attribute_errors.findings(fresh):
-        findings.setdefault(f.signature.id, f)
+    _merge(findings, attribute_errors.findings(_unnamed(missing.errors, lambda e: e.line, findings)))
 
 
 def _import_errors(failed: import_errors.ImportErrors, findings: dict[str, Finding]) -> None:
     """The ImportErrors / ModuleNotFoundErrors no hand-written signature names (deepep-not-installed and the like)."""
-    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
-    fresh = [e for e in failed.errors if not any(e.line[:120] in line for line in named)]
-    for f in import_errors.findings(fresh):
-        findings.setdefault(f.signature.id, f)
+    _merge(findings, import_errors.findings(_unnamed(failed.errors, lambda e: e.line, findings)))
 
 
 def _static_asserts(compiled: static_asserts.StaticAsserts, findings: dict[str, Finding]) -> None:
     """The failed static_asserts no hand-written signature names (deepep-built-for-other-nvl-peers and the like)."""
-    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
-    fresh = [a for a in compiled.asserts if not any(a.text[:120] in line for line in named)]
-    for f in static_asserts.findings(fresh):
-        findings.setdefault(f.signature.id, f)
+    _merge(findings, static_asserts.findings(_unnamed(compiled.asserts, lambda a: a.text, findings)))
 
 
 def _type_errors(mismatched: type_errors.TypeErrors, findings: dict[str, Finding]) -> None:
     """The TypeErrors across a package boundary no hand-written signature names (te-calls-newer-torch-api and the like)."""
-    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
-    fresh = [e for e in mismatched.errors if not any(e.line[:120] in line for line in named)]
-    for f in type_errors.findings(fresh):
-        findings.setdefault(f.signature.id, f)
+    _merge(findings, type_errors.findings(_unnamed(mismatched.errors, lambda e: e.line, findings)))
 
 
 def _fallbacks(fell_back: upstream_fallbacks.FallbackLines, findings: dict[str, Finding]) -> None:
     """The fallback warnings of the installed MCore / MB source no hand-written signature already names."""
-    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
-    for f in upstream_fallbacks.findings(fell_back, named):
-        findings.setdefault(f.signature.id, f)
+    _merge(findings, upstream_fallbacks.findings(fell_back, _named_lines(findings)))
 
 
 def _native(natives: native_checks.NativeChecks, ev: Evidence, findings: dict[str, Finding]) -> None:
     """The native checks no hand-written signature already names (its evidence holds the line)."""
-    named = [e for f in findings.values() if not f.signature.generic for e in f.evidence]
-    fresh = [c for c in natives.checks if not any(c[2][:120] in line for line in named)]
+    fresh = _unnamed(natives.checks, lambda c: c[2], findings)
     # an NVSHMEM chain follows from its first line (log order): named by a signature, the fresh ones all follow it
     first = next((c for c in natives.checks if c[0].library == "nvshmem"), None)
     chain = ("nvshmem",) if first is not None and first not in fresh else ()
-    for f in native_checks.findings(fresh, ev.facts, chain):
-        findings.setdefault(f.signature.id, f)
+    _merge(findings, native_checks.findings(fresh, ev.facts, chain))
 
 
 def _runtime(runtime: runtime_errors.RuntimeErrors, findings: dict[str, Finding]) -> None:
     """CUDA runtime errors, device-side asserts, cuBLAS status and NCCL errors no hand-written signature names (torch's
     NCCL check, named as a native check, is read here too: for its ncclResult_t and NCCL's last error)."""
-    named = [e for f in findings.values() if not f.signature.generic and not f.signature.id.startswith("native-check:nccl:")
-             for e in f.evidence]
-    for f in runtime_errors.findings(runtime, named):
-        findings.setdefault(f.signature.id, f)
+    _merge(findings, runtime_errors.findings(runtime, _named_lines(findings, but="native-check:nccl:")))
 
 
 _UNEXPECTED = re.compile(r"Rank (\d+),.*?iteration (\d+): Unexpected result (\S+) \(message='([^']*)'")
