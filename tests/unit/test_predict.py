@@ -20,6 +20,7 @@ import pytest
 from mbridge_ep_overlap.predict import (Cluster, LinkSpec, NotModelled, OutsideModel, Prediction, StepInputs,
                                         default_calibration, predict, rank_dispatchers)
 from mbridge_ep_overlap.predict import calibrate as cal_mod
+from mbridge_ep_overlap.predict import costs
 from mbridge_ep_overlap.predict import validation as val
 from mbridge_ep_overlap.predict.model import MAX_CHUNK_LAYERS
 from mbridge_ep_overlap.predict.schedule import COMM, COMP, K_A2A, K_COMP, K_HOST, K_POST, build_overlap_program
@@ -356,7 +357,8 @@ def _cfg(**model):
                   high_priority_a2a_comm_stream=False, recompute_granularity=None, bf16=True, fp16=False)
     fields.update(model)
     return NS(model=NS(**fields), train=NS(micro_batch_size=1, global_batch_size=256),
-              ddp=NS(overlap_grad_reduce=True), dataset=NS(create_attention_mask=False), mixed_precision=None)
+              ddp=NS(overlap_grad_reduce=True, grad_reduce_in_fp32=True), dataset=NS(create_attention_mask=False),
+              mixed_precision=None)
 
 
 def test_from_config_and_from_summary_share_one_mapping():
@@ -365,7 +367,8 @@ def test_from_config_and_from_summary_share_one_mapping():
     cfg = _cfg()
     i = from_config(cfg, 16)
     summary = {**{k: getattr(cfg.model, k, None) for k in MODEL_FIELDS}, "micro_batch_size": 1,
-               "global_batch_size": 256, "overlap_grad_reduce": True, "attention_mask_in_batch": False, "bf16": True, "fp16": False}
+               "global_batch_size": 256, "overlap_grad_reduce": True, "grad_reduce_in_fp32": True, "attention_mask_in_batch": False,
+               "bf16": True, "fp16": False}
     assert i == StepInputs.from_summary(summary, num_gpus=16) == _moe(ffn_hidden_size=6144)
     assert (i.dp, i.num_microbatches) == (16, 16) and i.defaults_used == ()
     # DP from the world size, never from the config; flex backend; precision as the caller resolved it
@@ -379,6 +382,31 @@ def test_from_config_and_from_summary_share_one_mapping():
                              assume={"micro_batch_size": 1, "num_microbatches": 8})
     assert model_only.num_microbatches == 8 and {"micro_batch_size", "num_microbatches"} <= set(
         model_only.defaults_used)
+
+
+def test_dp_gradient_sync_is_costed_in_the_precision_it_is_reduced_in():
+    """FP32 reduce-scatter + BF16 all-gather = 6 bytes per parameter, BF16 both ways = 4 (the perf
+    recipes' grad_reduce_in_fp32=False); the mixed-precision config's value wins over cfg.ddp's, as MB
+    copies it there at finalize; the memory prediction reads the same value."""
+    from types import SimpleNamespace as NS
+
+    from mbridge_ep_overlap.core.prediction_inputs import from_config, grad_reduce_in_fp32, memory_options
+
+    # both DP groups cross the 8-GPU domains: every byte on the scale-out link, no latency term
+    cl = Cluster(gpu="h100", num_gpus=64, inter_link=LinkSpec(name="ib", bandwidth_GBps=50.0, latency_s=0.0))
+    fp32 = _moe(ep=8, dp=64)
+    bf16 = _moe(ep=8, dp=64, grad_reduce_in_fp32=False)
+    s32, s16 = (costs.layer_costs(i, cl, costs.default_calibration()).dp_sync for i in (fp32, bf16))
+    assert s32 > 0 and s16 / s32 == pytest.approx(4 / 6, rel=1e-9)
+    cfg = _cfg()
+    assert from_config(cfg, 16).grad_reduce_in_fp32 is True
+    cfg.ddp.grad_reduce_in_fp32 = False
+    assert from_config(cfg, 16).grad_reduce_in_fp32 is False and not memory_options(cfg).grad_reduce_in_fp32
+    cfg.mixed_precision = NS(grad_reduce_in_fp32=True, bf16=True, fp16=False, fp8=None, fp4=None)
+    assert grad_reduce_in_fp32(cfg) is True and from_config(cfg, 16).grad_reduce_in_fp32 is True
+    del cfg.ddp.grad_reduce_in_fp32
+    cfg.mixed_precision = None
+    assert grad_reduce_in_fp32(cfg) is None and "grad_reduce_in_fp32" in from_config(cfg, 16).defaults_used
 
 
 def test_config_prediction_for_a_described_target():

@@ -60,6 +60,7 @@ def from_config(cfg: Any, world_size: int | None, *, precision: str | None = Non
     train = getattr(cfg, "train", None)
     s.update({name: getattr(train, name, None) for name in TRAIN_FIELDS})
     s["overlap_grad_reduce"] = getattr(getattr(cfg, "ddp", None), "overlap_grad_reduce", None)
+    s["grad_reduce_in_fp32"] = grad_reduce_in_fp32(cfg)
     # MB copies comm_overlap.delay_wgrad_compute into the model at finalize: either says it
     s["delay_wgrad_compute"] = bool(s["delay_wgrad_compute"]
                                     or getattr(getattr(cfg, "comm_overlap", None), "delay_wgrad_compute", None))
@@ -107,15 +108,20 @@ def gemm_precision(cfg: Any) -> str | None:
     return of_fields(model)
 
 
+def grad_reduce_in_fp32(cfg: Any) -> bool | None:
+    """Whether the DDP gradients are reduced in FP32: ``cfg.mixed_precision`` first (MB copies its
+    ``grad_reduce_in_fp32`` to ``cfg.ddp`` at finalize), else ``cfg.ddp``; None when neither says."""
+    mp = getattr(cfg, "mixed_precision", None)
+    value = getattr(mp, "grad_reduce_in_fp32", None) if mp is not None and not isinstance(mp, str) else None
+    return getattr(getattr(cfg, "ddp", None), "grad_reduce_in_fp32", None) if value is None else value
+
+
 def memory_options(cfg: Any) -> MemoryOptions:
     """The ``MemoryOptions`` of ``cfg`` (module docstring)."""
     model = getattr(cfg, "model", None)
     get = lambda obj, name, default=None: (getattr(obj, name, default) if obj is not None else default)  # noqa: E731
     ddp, opt, co = getattr(cfg, "ddp", None), getattr(cfg, "optimizer", None), getattr(cfg, "comm_overlap", None)
-    mp = getattr(cfg, "mixed_precision", None)
-    grad32 = get(mp, "grad_reduce_in_fp32") if mp is not None and not isinstance(mp, str) else None
-    if grad32 is None:
-        grad32 = get(ddp, "grad_reduce_in_fp32", True)
+    grad32 = grad_reduce_in_fp32(cfg)
     scope = get(model, "cuda_graph_scope") or ()
     scope = tuple(str(getattr(s, "name", s)) for s in (scope if isinstance(scope, (list, tuple)) else [scope]))
     modules = get(model, "recompute_modules") or ()
@@ -124,7 +130,7 @@ def memory_options(cfg: Any) -> MemoryOptions:
         distributed_optimizer=bool(get(ddp, "use_distributed_optimizer", get(opt, "use_distributed_optimizer", False))
                                    or get(ddp, "use_megatron_fsdp", False)),
         megatron_fsdp=bool(get(ddp, "use_megatron_fsdp", False) or get(cfg, "use_megatron_fsdp", False)),
-        grad_reduce_in_fp32=bool(grad32),
+        grad_reduce_in_fp32=bool(True if grad32 is None else grad32),
         optimizer_offload_fraction=float(get(opt, "optimizer_offload_fraction", 0.0) or 0.0)
         if get(opt, "optimizer_cpu_offload", False) else 0.0,
         optimizer_state_bytes=sum(_dtype_bytes(get(opt, f)) for f in ("main_params_dtype", "exp_avg_dtype",

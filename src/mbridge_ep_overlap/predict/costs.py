@@ -572,7 +572,8 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
         if size <= 1:
             return 0.0
         link = inter if size * stride > domain_size(cluster) else intra
-        vol = params * (4 + 2) * (size - 1) / size  # fp32 grad reduce-scatter + bf16 param all-gather
+        # gradient reduce-scatter (FP32 or BF16: grad_reduce_in_fp32) + BF16 parameter all-gather
+        vol = params * ((4 if i.grad_reduce_in_fp32 else 2) + 2) * (size - 1) / size
         return 2 * link.latency_s + vol / (link.bandwidth_GBps * 1e9)
 
     dp_sync = group_time(nonexpert, dp_dense, i.tp) + group_time(expert, dp_expert, i.ep * i.etp)

@@ -70,6 +70,7 @@ FIELD_DEFAULTS: dict[str, Any] = {
     "high_priority_a2a_comm_stream": False,
     "recompute": False,
     "overlap_grad_reduce": True,
+    "grad_reduce_in_fp32": True,  # MCore DistributedDataParallelConfig's default
 }
 
 # Fields whose None is Megatron-Core's own setting (no VPP, no shared expert, no MTP, MHA,
@@ -244,6 +245,9 @@ class StepInputs:
     delay_wgrad: bool = False  # MCore delay_wgrad_compute (acts with overlap on only)
     recompute_modules: tuple[str, ...] = ()  # selective recompute (MCore recompute_modules); () = none
     overlap_grad_reduce: bool = True
+    # DDP grad_reduce_in_fp32: the gradients are reduce-scattered in FP32 (4 bytes) or in the
+    # parameters' BF16 (2 bytes; NVIDIA's perf recipes, perf_recipes/_common.py)
+    grad_reduce_in_fp32: bool = True
     # the unfused grouped expert MLP (MCore TEGroupedMLP without the TE op fuser, experts.py:290):
     # eager passes over the routed tokens that the fused FC1 + GLU + FC2 op does not run
     glu_clamp: bool = False  # activation_func_clamp_value: two clamps + a cat before the fused GLU kernel
@@ -426,6 +430,7 @@ class StepInputs:
             attention_mask_in_batch=bool(mask),
             high_priority_a2a=bool(get("high_priority_a2a_comm_stream")),
             recompute=bool(recompute), overlap_grad_reduce=bool(get("overlap_grad_reduce")),
+            grad_reduce_in_fp32=bool(get("grad_reduce_in_fp32")),
             delay_wgrad=bool(s.get("delay_wgrad_compute")),  # absent: MCore's default, off
             recompute_modules=selective,
             glu_clamp=glu_clamp, expert_fc2_bias=bool(unfused and s.get("add_bias_linear")),
