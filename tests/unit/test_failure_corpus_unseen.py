@@ -4,7 +4,8 @@ Each set is a separately collected group of real upstream failure reports, kept 
 ``failure_reports/`` so that ``diagnose`` can be measured on reports its signatures were not written
 from: ``failure_reports_unseen/`` (collected 2026-12-01), then ``failure_reports_unseen2/``,
 ``failure_reports_unseen3/``, ``failure_reports_unseen4/``, ``failure_reports_unseen5/`` and
-``failure_reports_unseen6/`` (collected 2026-12-02) and ``failure_reports_unseen7/`` (collected 2026-12-03). These tests check
+``failure_reports_unseen6/`` (collected 2026-12-02), ``failure_reports_unseen7/`` and ``failure_reports_unseen8/``
+(collected 2026-12-03). These tests check
 only the data: every file has exactly the corpus keys with the corpus types, is marked ``split: "unseen"``,
 points at the upstream thread its id names, repeats no report (id or thread) of the main corpus or of an
 earlier unseen set, and is listed in its folder's README table with the same class and recognisability;
@@ -36,11 +37,12 @@ UNSEEN_SETS = {
     "unseen5": FIXTURES / "failure_reports_unseen5",
     "unseen6": FIXTURES / "failure_reports_unseen6",
     "unseen7": FIXTURES / "failure_reports_unseen7",
+    "unseen8": FIXTURES / "failure_reports_unseen8",
 }
-MINIMUM_REPORTS = {"unseen": 15, "unseen2": 16, "unseen3": 18, "unseen4": 20, "unseen5": 20, "unseen6": 20, "unseen7": 20}
-LABELLED_SETS = ("unseen2", "unseen3", "unseen4", "unseen5", "unseen6", "unseen7")
+MINIMUM_REPORTS = {"unseen": 15, "unseen2": 16, "unseen3": 18, "unseen4": 20, "unseen5": 20, "unseen6": 20, "unseen7": 20, "unseen8": 20}
+LABELLED_SETS = ("unseen2", "unseen3", "unseen4", "unseen5", "unseen6", "unseen7", "unseen8")
 """The sets whose ``labels.tsv`` has the before / after / hit columns."""
-BLIND_SETS = ("unseen4", "unseen5", "unseen6", "unseen7")
+BLIND_SETS = ("unseen4", "unseen5", "unseen6", "unseen7", "unseen8")
 """The sets whose before column was measured blind; their ``labels.tsv`` adds ``hit_before``."""
 
 KEYS = (
@@ -54,7 +56,7 @@ REPOSITORY_OF_PROJECT = {
     "deepep": ("deepseek-ai/DeepEP",),
     "other": ("NVIDIA-NeMo/NeMo", "NVIDIA-NeMo/RL", "NVIDIA-NeMo/Automodel", "verl-project/verl", "NVIDIA/nvshmem",
               "deepseek-ai/DeepGEMM", "alibaba/Pai-Megatron-Patch", "sgl-project/sglang", "THUDM/slime", "NVIDIA/srt-slurm",
-              "ishandhanani/srt-slurm", "radixark/miles", "NVIDIA/Model-Optimizer", "ROCm/Megatron-LM"),
+              "ishandhanani/srt-slurm", "radixark/miles", "NVIDIA/Model-Optimizer", "ROCm/Megatron-LM", "vllm-project/vllm"),
 }
 SYMPTOM_CLASSES = {
     "upstream-assertion", "hang", "crash-signal", "wrong-numerics", "silent-fallback",
