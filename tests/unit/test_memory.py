@@ -12,7 +12,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from mbridge_ep_overlap.core.engine import check_ep_overlap
-from mbridge_ep_overlap.core.prediction_inputs import from_config, memory_options
+from mbridge_ep_overlap.core.prediction_inputs import from_config, grad_reduce_in_fp32, memory_options
 from mbridge_ep_overlap.base.errors import Severity
 from mbridge_ep_overlap.pipeline import build, finalize
 from mbridge_ep_overlap.predict import Cluster, StepInputs
@@ -68,7 +68,7 @@ def test_distributed_optimizer_divides_the_state_by_the_data_parallel_groups():
     full = _mem(_moe(ep=8), distributed_optimizer=False)
     assert full.parts_off["optimizer"] > dense_dp.parts_off["optimizer"] > full.parts_off["optimizer"] / 16
     assert full.parts_off["parameters"] == dense_dp.parts_off["parameters"]
-    assert _mem(grad_reduce_in_fp32=False).parts_off["gradients"] == pytest.approx(_mem().parts_off["gradients"] / 2)
+    assert _mem(_moe(grad_reduce_in_fp32=False)).parts_off["gradients"] == pytest.approx(_mem().parts_off["gradients"] / 2)
     assert _mem(optimizer_offload_fraction=1.0).parts_off["optimizer"] == 0
     # the precision-aware optimizer with BF16 moments: FP32 master weights + two BF16 moments, 8 bytes
     cfg = NS(model=NS(), ddp=NS(use_distributed_optimizer=True), optimizer=NS(
@@ -141,7 +141,7 @@ def test_options_read_from_a_config():
                                                                         delay_wgrad_compute=True),
              mixed_precision="bf16_mixed")
     o = memory_options(cfg)
-    assert (o.distributed_optimizer, o.grad_reduce_in_fp32, o.recompute_modules, o.overlap, o.early_attn_release,
+    assert (o.distributed_optimizer, grad_reduce_in_fp32(cfg), o.recompute_modules, o.overlap, o.early_attn_release,
             o.delay_wgrad) == (True, False, ("moe_act",), True, True, True)
 
 

@@ -391,6 +391,7 @@ def test_dp_gradient_sync_is_costed_in_the_precision_it_is_reduced_in():
     from types import SimpleNamespace as NS
 
     from mbridge_ep_overlap.core.prediction_inputs import from_config, grad_reduce_in_fp32, memory_options
+    from mbridge_ep_overlap.predict.memory import predict_memory
 
     # both DP groups cross the 8-GPU domains: every byte on the scale-out link, no latency term
     cl = Cluster(gpu="h100", num_gpus=64, inter_link=LinkSpec(name="ib", bandwidth_GBps=50.0, latency_s=0.0))
@@ -400,8 +401,11 @@ def test_dp_gradient_sync_is_costed_in_the_precision_it_is_reduced_in():
     assert s32 > 0 and s16 / s32 == pytest.approx(4 / 6, rel=1e-9)
     cfg = _cfg()
     assert from_config(cfg, 16).grad_reduce_in_fp32 is True
+    grads32 = predict_memory(from_config(cfg, 16), H100_16, memory_options(cfg)).parts_off["gradients"]
     cfg.ddp.grad_reduce_in_fp32 = False
-    assert from_config(cfg, 16).grad_reduce_in_fp32 is False and not memory_options(cfg).grad_reduce_in_fp32
+    assert from_config(cfg, 16).grad_reduce_in_fp32 is False
+    grads16 = predict_memory(from_config(cfg, 16), H100_16, memory_options(cfg)).parts_off["gradients"]
+    assert grads16 == pytest.approx(grads32 / 2)
     cfg.mixed_precision = NS(grad_reduce_in_fp32=True, bf16=True, fp16=False, fp8=None, fp4=None)
     assert grad_reduce_in_fp32(cfg) is True and from_config(cfg, 16).grad_reduce_in_fp32 is True
     del cfg.ddp.grad_reduce_in_fp32

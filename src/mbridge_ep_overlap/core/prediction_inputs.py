@@ -121,7 +121,6 @@ def memory_options(cfg: Any) -> MemoryOptions:
     model = getattr(cfg, "model", None)
     get = lambda obj, name, default=None: (getattr(obj, name, default) if obj is not None else default)  # noqa: E731
     ddp, opt, co = getattr(cfg, "ddp", None), getattr(cfg, "optimizer", None), getattr(cfg, "comm_overlap", None)
-    grad32 = grad_reduce_in_fp32(cfg)
     scope = get(model, "cuda_graph_scope") or ()
     scope = tuple(str(getattr(s, "name", s)) for s in (scope if isinstance(scope, (list, tuple)) else [scope]))
     modules = get(model, "recompute_modules") or ()
@@ -130,7 +129,6 @@ def memory_options(cfg: Any) -> MemoryOptions:
         distributed_optimizer=bool(get(ddp, "use_distributed_optimizer", get(opt, "use_distributed_optimizer", False))
                                    or get(ddp, "use_megatron_fsdp", False)),
         megatron_fsdp=bool(get(ddp, "use_megatron_fsdp", False) or get(cfg, "use_megatron_fsdp", False)),
-        grad_reduce_in_fp32=bool(True if grad32 is None else grad32),
         optimizer_offload_fraction=float(get(opt, "optimizer_offload_fraction", 0.0) or 0.0)
         if get(opt, "optimizer_cpu_offload", False) else 0.0,
         optimizer_state_bytes=sum(_dtype_bytes(get(opt, f)) for f in ("main_params_dtype", "exp_avg_dtype",

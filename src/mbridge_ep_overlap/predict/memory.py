@@ -11,7 +11,7 @@ on the last; split into parts:
 
 * ``parameters`` - BF16 weights of the stage's layers (attention and dense parts / TP, experts /
   (EP x ETP), router replicated), ``gradients`` - the DDP main-grad buffer (FP32 when
-  ``grad_reduce_in_fp32``, else BF16), ``optimizer`` - Adam's master weights and two moments (FP32, or
+  ``StepInputs.grad_reduce_in_fp32``, else BF16), ``optimizer`` - Adam's master weights and two moments (FP32, or
   the precision-aware optimizer's dtypes),
   divided by the data-parallel group (dense: DP x CP, experts: the expert-data-parallel group) with
   the distributed optimizer, not without it; ``optimizer_offload_fraction`` of it on the host.
@@ -74,7 +74,6 @@ class MemoryOptions:
     distributed_optimizer: bool = True
     megatron_fsdp: bool = False
     """Megatron-FSDP (``ddp.use_megatron_fsdp``): parameters and gradients sharded like the optimizer state."""
-    grad_reduce_in_fp32: bool = True
     optimizer_offload_fraction: float = 0.0
     optimizer_state_bytes: float = 12.0
     """Bytes of Adam state per parameter: FP32 master weight and two FP32 moments; with
@@ -378,10 +377,10 @@ def predict_memory(i: StepInputs, cluster: Cluster, o: MemoryOptions) -> MemoryP
         experts = (layers_moe + mtp) * per["experts"]
         dense_part = params - experts
         weights = 2 * params
-        grads = (4 if o.grad_reduce_in_fp32 else 2) * params
+        grads = (4 if i.grad_reduce_in_fp32 else 2) * params
         if o.megatron_fsdp:  # sharded over the data-parallel groups (dense over DP x CP, experts over expert DP)
             shard = dense_part / dp_dense + experts / dp_expert
-            weights, grads = 2 * shard, (4 if o.grad_reduce_in_fp32 else 2) * shard
+            weights, grads = 2 * shard, (4 if i.grad_reduce_in_fp32 else 2) * shard
         b = o.optimizer_state_bytes
         state = b * (dense_part / dp_dense + experts / dp_expert) if o.distributed_optimizer else b * params
         state *= 1 - o.optimizer_offload_fraction
