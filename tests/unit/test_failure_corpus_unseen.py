@@ -4,7 +4,8 @@ Each set is a separately collected group of real upstream failure reports, kept 
 ``failure_reports/`` so that ``diagnose`` can be measured on reports its signatures were not written
 from: ``failure_reports_unseen/`` (collected 2026-12-01), then ``failure_reports_unseen2/``,
 ``failure_reports_unseen3/``, ``failure_reports_unseen4/``, ``failure_reports_unseen5/`` and
-``failure_reports_unseen6/`` (collected 2026-12-02), ``failure_reports_unseen7/`` and ``failure_reports_unseen8/``
+``failure_reports_unseen6/`` (collected 2026-12-02), ``failure_reports_unseen7/``, ``failure_reports_unseen8/`` and
+``failure_reports_unseen9/``
 (collected 2026-12-03). These tests check
 only the data: every file has exactly the corpus keys with the corpus types, is marked ``split: "unseen"``,
 points at the upstream thread its id names, repeats no report (id or thread) of the main corpus or of an
@@ -38,11 +39,13 @@ UNSEEN_SETS = {
     "unseen6": FIXTURES / "failure_reports_unseen6",
     "unseen7": FIXTURES / "failure_reports_unseen7",
     "unseen8": FIXTURES / "failure_reports_unseen8",
+    "unseen9": FIXTURES / "failure_reports_unseen9",
 }
-MINIMUM_REPORTS = {"unseen": 15, "unseen2": 16, "unseen3": 18, "unseen4": 20, "unseen5": 20, "unseen6": 20, "unseen7": 20, "unseen8": 20}
-LABELLED_SETS = ("unseen2", "unseen3", "unseen4", "unseen5", "unseen6", "unseen7", "unseen8")
+MINIMUM_REPORTS = {"unseen": 15, "unseen2": 16, "unseen3": 18, "unseen4": 20, "unseen5": 20, "unseen6": 20, "unseen7": 20, "unseen8": 20,
+                   "unseen9": 20}
+LABELLED_SETS = ("unseen2", "unseen3", "unseen4", "unseen5", "unseen6", "unseen7", "unseen8", "unseen9")
 """The sets whose ``labels.tsv`` has the before / after / hit columns."""
-BLIND_SETS = ("unseen4", "unseen5", "unseen6", "unseen7", "unseen8")
+BLIND_SETS = ("unseen4", "unseen5", "unseen6", "unseen7", "unseen8", "unseen9")
 """The sets whose before column was measured blind; their ``labels.tsv`` adds ``hit_before``."""
 
 KEYS = (
@@ -56,7 +59,8 @@ REPOSITORY_OF_PROJECT = {
     "deepep": ("deepseek-ai/DeepEP",),
     "other": ("NVIDIA-NeMo/NeMo", "NVIDIA-NeMo/RL", "NVIDIA-NeMo/Automodel", "verl-project/verl", "NVIDIA/nvshmem",
               "deepseek-ai/DeepGEMM", "alibaba/Pai-Megatron-Patch", "sgl-project/sglang", "THUDM/slime", "NVIDIA/srt-slurm",
-              "ishandhanani/srt-slurm", "radixark/miles", "NVIDIA/Model-Optimizer", "ROCm/Megatron-LM", "vllm-project/vllm"),
+              "ishandhanani/srt-slurm", "radixark/miles", "NVIDIA/Model-Optimizer", "ROCm/Megatron-LM", "vllm-project/vllm",
+              "NVIDIA-NeMo/Speech", "NVIDIA/NeMo-Framework-Launcher", "hiyouga/LlamaFactory", "modelscope/ms-swift"),
 }
 SYMPTOM_CLASSES = {
     "upstream-assertion", "hang", "crash-signal", "wrong-numerics", "silent-fallback",
@@ -103,7 +107,8 @@ def test_source_url_is_the_thread_the_id_names(name, stem):
     match = re.fullmatch(r"https://github\.com/([\w.-]+/[\w.-]+)/(issues|pull)/(\d+)", report["source_url"])
     assert match, report["source_url"]
     assert match.group(1) in REPOSITORY_OF_PROJECT[report["project"]]
-    named = {"NVIDIA-NeMo/RL": "nemo-rl", "NVIDIA-NeMo/NeMo": "nemo", "ROCm/Megatron-LM": "rocm-megatron-lm"}
+    named = {"NVIDIA-NeMo/RL": "nemo-rl", "NVIDIA-NeMo/NeMo": "nemo", "ROCm/Megatron-LM": "rocm-megatron-lm",
+             "NVIDIA-NeMo/Speech": "nemo", "NVIDIA/NeMo-Framework-Launcher": "nemo-launcher"}
     prefix = report["project"] if report["project"] != "other" else \
         named.get(match.group(1), match.group(1).split("/")[1].lower())
     assert stem == f"{prefix}-{match.group(3)}"

@@ -255,7 +255,7 @@ def _module(e: AttributeErrorLine):
 
 def _top_level(rel: str) -> dict[str, tuple[int, tuple[str, ...]]]:
     """Name -> (line, the ``if`` / ``try`` it is defined under) of what a module's top level defines."""
-    return installed_modules.top_level(upstream_source._tree(rel))
+    return installed_modules.top_level(upstream_source.parsed(rel))
 
 
 def _defined_elsewhere(name: str, rel: str | None, keep: int = 3) -> list[str]:

@@ -49,7 +49,7 @@ def classes(name: str) -> tuple[ClassInfo, ...]:
     defines = re.compile(rf"^\s*class\s+{name}\b", re.MULTILINE)
     found = []
     for rel, source in upstream_source.sources():
-        if name in source and defines.search(source) and (tree := upstream_source._tree(rel)) is not None:
+        if name in source and defines.search(source) and (tree := upstream_source.parsed(rel)) is not None:
             found += [ClassInfo(name, rel, n.lineno, n) for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name]
     return tuple(sorted(found, key=lambda c: (_rank(c.file), c.line)))
 
@@ -57,7 +57,7 @@ def classes(name: str) -> tuple[ClassInfo, ...]:
 @functools.lru_cache(maxsize=None)
 def _imports(rel: str) -> dict[str, str]:
     """Local name -> the dotted name it was imported as, for the module-level imports of one file."""
-    tree = upstream_source._tree(rel)
+    tree = upstream_source.parsed(rel)
     out: dict[str, str] = {}
     package = rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
     package = package if rel.endswith("__init__.py") else package.rsplit(".", 1)[0]

@@ -16,7 +16,8 @@ named now, computed, and the judged hit) and on the third (``failure_reports_uns
 the Transformer Engine, NVSHMEM and build signatures written from it) and on the fourth (``failure_reports_unseen4``,
 *before* measured blind, with its judged hit in a ``hit_before`` column), the fifth and the sixth
 (``failure_reports_unseen5``,
-``failure_reports_unseen6``, ``failure_reports_unseen7``, ``failure_reports_unseen8``, the same). A corpus label ``upstream-check:FILE``
+``failure_reports_unseen6``, ``failure_reports_unseen7``, ``failure_reports_unseen8``, ``failure_reports_unseen9``, the
+same). A corpus label ``upstream-check:FILE``
 is met by the general upstream-check finding for a check in FILE (``upstream-check:FILE:LINE``: the line
 follows the installed version). The corpus folder is found beside this checkout
 (``tests/unit/fixtures/failure_reports``, labels in ``tests/unit/fixtures/corpus_causes.tsv``) or given.
@@ -46,9 +47,10 @@ UNSEEN5 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen5"
 UNSEEN6 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen6"
 UNSEEN7 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen7"
 UNSEEN8 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen8"
+UNSEEN9 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen9"
 READ_FROM = "2026-12-02"
 """From this date on the developer has read the holdout and every unseen set: their rates are no longer blind
-(unseen4's to unseen8's *before* columns are: each was measured before its set was read; unseen7 and unseen8 were
+(unseen4's to unseen9's *before* columns are: each was measured before its set was read; unseen7 to unseen9 were
 read from 2026-12-03)."""
 HEADER = ("<!-- Generated from the code by `python -m mbridge_ep_overlap.tools.gen_docs --write`: "
           "do not edit by hand. -->\n\n")
@@ -190,8 +192,15 @@ LABELLED_SETS = {
                            read_from="2026-12-03"),
     "unseen8": LabelledSet("unseen8", "Eighth set collected apart from the signatures",
                            "blind, on main 3018402 (with the readers added after the seventh set), before the set was "
-                           "read; no reader has been written from it yet, so *after* is *before*", blind=True,
-                           read_from="2026-12-03"),
+                           "read; then a static_assert quoted with its header's name alone, an upstream check raised "
+                           "through another framework's Megatron backend, a header's `#error`, nvlink linking for "
+                           "another architecture, a keyword the installed Megatron passes that the receiving code "
+                           "does not take, a compiled binding's argument mismatch and a config section left None "
+                           "were read", blind=True, read_from="2026-12-03"),
+    "unseen9": LabelledSet("unseen9", "Ninth set collected apart from the signatures",
+                           "blind, on main fc9edd2 (the readers of the eighth set not yet written), before the set was "
+                           "read; the readers written from the eighth set were then run on it unchanged, and no "
+                           "reader has been written from this set", blind=True, read_from="2026-12-03"),
 }
 
 
@@ -246,7 +255,7 @@ def render(folder: Path = CORPUS, label_file: Path = LABELS) -> str:
 
 def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN, unseen2: Path = UNSEEN2,
          unseen3: Path = UNSEEN3, unseen4: Path = UNSEEN4, unseen5: Path = UNSEEN5,
-         unseen6: Path = UNSEEN6, unseen7: Path = UNSEEN7, unseen8: Path = UNSEEN8) -> str:
+         unseen6: Path = UNSEEN6, unseen7: Path = UNSEEN7, unseen8: Path = UNSEEN8, unseen9: Path = UNSEEN9) -> str:
     sigs = all_signatures()
     out = ["# Troubleshooting EP overlap: symptom -> cause -> fix", "",
            "`mbridge-ep-overlap diagnose PATH...` (a log, a run folder, Slurm output, or `-` for a pasted log) "
@@ -301,7 +310,7 @@ def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN
     for path, labelled in ((unseen2, LABELLED_SETS["unseen2"]), (unseen3, LABELLED_SETS["unseen3"]),
                            (unseen4, LABELLED_SETS["unseen4"]), (unseen5, LABELLED_SETS["unseen5"]),
                            (unseen6, LABELLED_SETS["unseen6"]), (unseen7, LABELLED_SETS["unseen7"]),
-                           (unseen8, LABELLED_SETS["unseen8"])):
+                           (unseen8, LABELLED_SETS["unseen8"]), (unseen9, LABELLED_SETS["unseen9"])):
         if path.is_dir():
             out += _labelled_section(path, labelled)
     return "\n".join(out)

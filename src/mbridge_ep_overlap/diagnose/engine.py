@@ -56,9 +56,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import (attention_backends, attribute_errors, collective_stacks, crashes, flight_recorder, import_errors, launcher, memory,
-               native_checks, prediction, pyspy, runtime_errors, schedule, static_asserts, timeouts, type_errors, upstream_checks,
-               upstream_fallbacks)
+from . import (attention_backends, attribute_errors, collective_stacks, crashes, device_links, error_directives,
+               extension_calls, flight_recorder, import_errors, launcher, memory, native_checks, none_sections,
+               passed_keywords, prediction, pyspy, runtime_errors, schedule, static_asserts, timeouts, type_errors,
+               upstream_checks, upstream_fallbacks)
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -101,6 +102,11 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     runtime = runtime_errors.RuntimeErrors()
     compiled = static_asserts.StaticAsserts()
     mismatched = type_errors.TypeErrors()
+    passed = passed_keywords.PassedKeywords()
+    bindings = extension_calls.ExtensionCalls()
+    directives = error_directives.ErrorDirectives()
+    linked = device_links.DeviceLinks()
+    unset = none_sections.NoneSections()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -131,6 +137,11 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             runtime.feed(text, where)
             compiled.feed(text, where)
             mismatched.feed(text, where)
+            passed.feed(text, where)
+            bindings.feed(text, where)
+            directives.feed(text, where)
+            linked.feed(text, where)
+            unset.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -143,6 +154,9 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
         raised.finish()
         compiled.finish()
         mismatched.finish()
+        passed.finish()
+        bindings.finish()
+        unset.finish()
         if captured:
             crash_text[_crash_name(src)] = "\n".join(captured) + "\n"
     if ev.texts:
@@ -156,6 +170,12 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _merge(findings, pyspy.findings(spied, ev.facts))
     _runtime(runtime, findings)
     _type_errors(mismatched, findings)  # before the upstream lookup: a call's TypeError is no check's message
+    _merge(findings, passed_keywords.findings(_unnamed(passed.errors, lambda e: e.text, findings)))
+    _merge(findings, extension_calls.findings(_unnamed(bindings.errors, lambda e: e.text, findings)))
+    _merge(findings, error_directives.findings(_unnamed(directives.errors, lambda e: e.text, findings),
+                                               directives.standards))
+    _merge(findings, device_links.findings(linked))
+    _merge(findings, none_sections.findings(unset.errors))
     _upstream(raised, findings)
     _attribute_errors(missing_attrs, findings)
     _import_errors(failed_imports, findings)

@@ -96,7 +96,7 @@ def megatron_frame(e: AttributeErrorLine) -> tuple[str, int, str, str] | None:
 
 def foreign_import(rel: str, name: str) -> tuple[str, int, str] | None:
     """(package, line, how) when the installed file takes class NAME from another package, else None."""
-    tree = upstream_source._tree(rel)
+    tree = upstream_source.parsed(rel)
     if tree is None:
         return None
     imported = class_source._imports(rel)
@@ -163,7 +163,7 @@ class _Read:
 
 def installed_read(rel: str, frame: tuple[str, int, str, str], attr: str) -> tuple[_Read | None, str]:
     """The installed line of the frame's function that reads ``.attr``, and why none when there is none."""
-    tree = upstream_source._tree(rel)
+    tree = upstream_source.parsed(rel)
     if tree is None:
         return None, f"{rel} is not in the installed source"
     fns = _functions(tree, frame[2])
@@ -286,7 +286,7 @@ def megatron_references(module: str, name: str) -> list[tuple[str, int, str]]:
     for rel, source in upstream_source.sources():
         # a file that uses module.name spells name, and the module whole or its parent and last part (an alias)
         if name not in source or not (module in source or parent and parent in source and part.search(source)) \
-                or not word.search(source) or (tree := upstream_source._tree(rel)) is None:
+                or not word.search(source) or (tree := upstream_source.parsed(rel)) is None:
             continue
         imported = class_source._imports(rel)
         rows = source.splitlines()

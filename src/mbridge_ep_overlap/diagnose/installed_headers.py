@@ -9,7 +9,9 @@ statements of one C/C++ text (a statement may span lines; ``//`` comments and ``
 ``installed()`` walks the site directories of this Python (``sysconfig``'s purelib / platlib and the folders the
 installed Megatron is in) once per process, bounded by ``MAX_FILES`` and ``MAX_BYTES``, and keeps every such row of a
 file whose name ends in a C/C++ suffix, with its path below the site directory. ``find(message, condition, rel)`` gives
-the installed rows with that message (or, without one, that condition), those of the file ``rel`` names first. Nothing
+the installed rows with that message (or, without one, that condition), those of the file ``rel`` names first.
+``error_directives(text)`` / ``installed_directives()``: the same for ``#error`` lines (the ``#if`` above as the
+condition). Nothing
 is imported or compiled; a file that cannot be read is skipped; never raises.
 """
 
@@ -107,9 +109,37 @@ def _sites() -> list[Path]:
     return list(dict.fromkeys(p for p in found if p.is_dir()))
 
 
+_DIRECTIVE = re.compile(r"^\s*#\s*error\b\s*(?P<message>.*?)\s*$")
+_CONDITIONAL = re.compile(r"^\s*#\s*(?:if|ifdef|ifndef|elif)\b\s*(?P<condition>.*?)\s*$")
+
+
+def error_directives(text: str, rel: str = "") -> list[SourceAssert]:
+    """The ``#error`` lines of one C/C++ text: line, the ``#if`` / ``#elif`` condition nearest above it, its message
+    (quotes removed)."""
+    out, condition = [], ""
+    for i, row in enumerate(text.splitlines()):
+        if (c := _CONDITIONAL.match(row)) is not None:
+            condition = " ".join(c["condition"].split())
+        elif (m := _DIRECTIVE.match(row)) is not None:
+            out.append(SourceAssert(i + 1, condition, m["message"].strip('"').strip(), rel))
+    return out
+
+
 @functools.lru_cache(maxsize=1)
 def installed() -> tuple[SourceAssert, ...]:
+    return _scan()[0]
+
+
+@functools.lru_cache(maxsize=1)
+def installed_directives() -> tuple[SourceAssert, ...]:
+    """The ``#error`` directives of the C/C++ files installed here (the same walk as ``installed``)."""
+    return _scan()[1]
+
+
+@functools.lru_cache(maxsize=1)
+def _scan() -> tuple[tuple[SourceAssert, ...], tuple[SourceAssert, ...]]:
     out: list[SourceAssert] = []
+    directives: list[SourceAssert] = []
     files = size = 0
     for site in _sites():
         for folder, dirs, names in os.walk(site):
@@ -125,10 +155,12 @@ def installed() -> tuple[SourceAssert, ...]:
                     continue
                 size += len(data)
                 if files > MAX_FILES or size > MAX_BYTES:
-                    return tuple(out)
+                    return tuple(out), tuple(directives)
                 if b"static_assert" in data or b"STATIC_ASSERT" in data:
                     out += source_asserts(data.decode("utf-8", errors="replace"), path.relative_to(site).as_posix())
-    return tuple(out)
+                if b"#error" in data or b"# error" in data:
+                    directives += error_directives(data.decode("utf-8", errors="replace"), path.relative_to(site).as_posix())
+    return tuple(out), tuple(directives)
 
 
 def normal(text: str) -> str:

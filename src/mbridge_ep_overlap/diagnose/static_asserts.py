@@ -77,8 +77,16 @@ ERROR_LINES: tuple[tuple[str, re.Pattern], ...] = (
                          r"(?: \"(?P<message>.*)\")?\s*$")),
     ("gcc", re.compile(_FILE + r":(?P<line>\d{1,9}):(?:\d+:)? error: static assertion failed(?:: (?P<message>.*))?\s*$")),
     ("gcc", re.compile(r"(?:^|\s)error: static assertion failed(?:: (?P<message>.*))?\s*$")),  # a line without FILE:LINE
+    ("reported", re.compile(r"^\s*(?P<file>[^\s\"():]+\.(?:cuh|cu|h|hpp|cpp|cc|cxx)): static assertion failed"
+                            r"(?::\s*(?P<message>.+?))?:?\s*$")),
 )
-"""(compiler, the expression of its error line), most specific first."""
+"""(compiler, the expression of its error line), most specific first. ``reported``: a header's name alone before the
+words, as a report or a JIT wrapper shortens the compiler's line (``hybrid_ep_backend.cuh: static assertion failed:``,
+the message on the next line)."""
+_QUOTED = re.compile(r'^\s*"(?P<message>[^"]{8,400})"\s*$')
+"""A line that is a quoted message alone: the message of an error line printed without one just above it."""
+_ASSIGNED = re.compile(r"^\s*[A-Z_][A-Z0-9_]*\s*=\s*-?\d+\b")
+"""A line that starts ``NAME=VALUE`` (a parameter and its value written under the error, as nvcc's ``[with ...]``)."""
 _WRAPPED = re.compile(r"^\s*(static assertion failed|static_assert failed)\b")
 _GUTTER = re.compile(r"^\s*\d*\s*\|\s?")
 _WITH = re.compile(r"\[with (?P<bindings>.*)\]")
@@ -157,6 +165,11 @@ class StaticAsserts:
                     pending.bindings.setdefault(name, value)
             elif (m := _REDUCES.search(text)) is not None and not pending.evaluated:
                 pending.evaluated = m.group("evaluated").strip()
+            elif not pending.message and self._since <= CONTEXT_LINES and (m := _QUOTED.match(text)) is not None:
+                pending.message = m.group("message").strip()
+            elif _ASSIGNED.match(text):
+                for name, value in _bindings(re.split(r"\s{2,}|\(", text.strip())[0]):
+                    pending.bindings.setdefault(name, value)
 
     def _source(self, text: str, where: str, pending: FailedAssert | None) -> None:
         code = _GUTTER.sub("", text) if _GUTTER.match(text) else text
@@ -219,7 +232,8 @@ def _error(text: str) -> FailedAssert | None:
 
 
 def _same(a: str, b: str) -> bool:
-    return installed_headers.normal(a) == installed_headers.normal(b)
+    """One message, whatever its spacing and a final full stop (a report's copy often drops it)."""
+    return installed_headers.normal(a).rstrip(".") == installed_headers.normal(b).rstrip(".")
 
 
 def _bindings(text: str) -> list[tuple[str, str]]:
@@ -329,7 +343,7 @@ def _known(a: FailedAssert, row: KnownAssert, others: list[KnownAssert]):
     if row.jit:
         detail.append(f"compiled at run time by {row.jit}")
     if a.file:
-        detail.append(f"the log's file: {a.file}:{a.line}" + (
+        detail.append(f"the log's file: {a.file}" + (f":{a.line}" if a.line else " (no line given)") + (
             f" (the quoted release has it at line {row.line}: another version)" if a.line and a.line != row.line
             and a.file.endswith(row.path.rsplit("/", 1)[-1]) else ""))
     if others:
@@ -360,7 +374,7 @@ def _installed(a: FailedAssert, found: installed_headers.SourceAssert):
            "release the code being compiled supports")
     detail = [f"installed here: {where} ({version}): {found.condition}, \"{found.message}\""]
     if a.file:
-        detail.append(f"the log's file: {a.file}:{a.line}")
+        detail.append(f"the log's file: {a.file}" + (f":{a.line}" if a.line else " (no line given)"))
     detail += _binding_words(a, condition)
     sig = dataclasses.replace(STATIC_ASSERT, id=f"{STATIC_ASSERT.id}:{_slug(dist or version)}:{where}", cause=cause + ".",
                               fix=fix, confidence=_sure(a, INSTALLED_CONFIDENCE), source=f"installed:{found.rel}",

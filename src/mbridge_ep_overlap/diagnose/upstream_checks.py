@@ -45,6 +45,8 @@ FRAME = re.compile(r'^(?:\[(?:rank|default)\d+\]:\s*)*\s*File "([^"]+)", line (\
 PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:)+")
 RAISE_LINE = re.compile(r"^(?:raise\s+(?:[\w.]+\.)?(\w+)\b|assert\b)")
 UPSTREAM_FRAME = re.compile(r"megatron/(core|bridge)/")
+DRIVES_MEGATRON = re.compile(r"megatron|mcore", re.IGNORECASE)
+"""A frame of another package's Megatron backend (``slime/backends/megatron_utils``, ``mcore_adapter``)."""
 EXACT_CONFIDENCE = 0.88
 NEAREST_CONFIDENCE = 0.55
 MAX_ERRORS = 8
@@ -110,7 +112,7 @@ class RaisedErrors:
             self._code.append("")
             self._where = where
         elif m := ERROR_LINE.match(text.strip()):
-            self._keep(m.group(1), m.group(2).strip(), where)
+            self._keep(m.group(1), _unquoted(m.group(2).strip()), where)
         elif "Error(" in text and (m := REPR_ERROR.search(text)):
             message = m["message"].replace("\\" + m["q"], m["q"]).replace("\\n", " ").strip()
             self._keep(m.group(1), message, where)
@@ -135,14 +137,42 @@ class RaisedErrors:
         self._frames, self._code = [], []
 
 
+def _unquoted(message: str) -> str:
+    """The message without a quote left over at its end (a log line cut from a quoted string: ``... (16)"``)."""
+    for q in "\"'":
+        if message.endswith(q) and message.count(q) % 2 == 1:
+            return message[:-1].rstrip()
+    return message
+
+
+def _through_other_packages(e: RaisedError) -> upstream_source.Match | None:
+    """An error whose visible traceback runs only through another package's Megatron backend (a training framework's
+    ``megatron_utils`` calling Megatron-Core, the log cut above MCore's own frames): its check, when its message is a
+    check's word for word and long enough (``SPECIFIC_PATTERN``) to be no other package's. A traceback through a
+    package with no Megatron backend in its path (DeepEP's buffer) is not: its error is that package's own."""
+    if e.looked_up or len(e.message) < SPECIFIC_PATTERN or not any(DRIVES_MEGATRON.search(f[0]) for f in e.frames):
+        return None
+    match = upstream_source.find(e.message)
+    if match is None or not match.exact or match.check.kind == upstream_source.WARNED:
+        return None
+    words = len(match.check.literal.replace("...", "").strip())
+    return match if words >= SPECIFIC_PATTERN else None  # '{} is not divisible by {}' would fit any such message
+
+
 def findings(errors: list[RaisedError]) -> list[Finding]:
     out: dict[str, Finding] = {}
     for e in errors:
         frame = e.upstream_frame
         hint = (raise_frames.relative(frame[0]), frame[1]) if frame and "/megatron/" in frame[0] else ("", 0)
         match = upstream_source.find(e.message, *hint) if e.looked_up and e.message else None
+        through = match is None and e.message and _through_other_packages(e)
+        if through:
+            match = through
         if match:
             sig, detail = _signature(e, match), _detail(e, match)
+            if through:
+                detail.append(f"the traceback in the log runs through {e.frames[-1][0]} only (no megatron frame is "
+                              f"shown), but the message is the installed check's word for word")
         elif e.raise_frame is not None:
             sig, detail = raise_frames.named(e)
         elif e.assert_frame is not None:

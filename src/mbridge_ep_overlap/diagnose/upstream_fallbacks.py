@@ -59,7 +59,7 @@ def warnings_in_source() -> tuple[Fallback, ...]:
     found: list[Fallback] = []
     for rel, text in upstream_source.sources():
         if SCOPE.search(rel) and FALLBACK_WORDS.search(text):
-            tree = upstream_source._tree(rel)
+            tree = upstream_source.parsed(rel)
             if tree is not None:
                 found += _file_fallbacks(tree, rel)
     return tuple(found)

@@ -112,19 +112,20 @@ def sources() -> tuple[tuple[str, str], ...]:
 @functools.lru_cache(maxsize=None)
 def file_checks(rel: str) -> tuple[Check, ...]:
     """The checks of one file of ``sources()`` (parsed the first time a message points to it)."""
-    tree = _tree(rel)
+    tree = parsed(rel)
     return tuple(_file_checks(tree, rel)) if tree is not None else ()
 
 
 @functools.lru_cache(maxsize=None)
 def file_warnings(rel: str) -> tuple[Check, ...]:
     """The ``warnings.warn`` calls of one file of ``sources()`` with literal text, as checks of kind ``WARNED``."""
-    tree = _tree(rel)
+    tree = parsed(rel)
     return tuple(_file_checks(tree, rel, warned=True)) if tree is not None else ()
 
 
 @functools.lru_cache(maxsize=None)
-def _tree(rel: str) -> ast.AST | None:
+def parsed(rel: str) -> ast.AST | None:
+    """The syntax tree of one file of ``sources()`` (parsed once, its warnings silenced), or None."""
     text = dict(sources()).get(rel)
     if text is None:
         return None
@@ -141,7 +142,7 @@ def function_checks(rel: str, function: str) -> tuple[Check, ...]:
     """Every ``assert`` and ``raise`` in the functions named ``function`` of one installed file, a
     message without literal text (or none) kept as '(no literal text)': a traceback's innermost frame
     names the function when the log holds no message to look up."""
-    tree = _tree(rel)
+    tree = parsed(rel)
     return tuple(c for c in _file_checks(tree, rel, keep_all=True) if c.function == function) if tree else ()
 
 

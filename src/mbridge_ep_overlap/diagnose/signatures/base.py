@@ -41,7 +41,9 @@ def github_blob(at: str, path: str) -> str:
 
 FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "crash", "runs", "upstream-source",
             "native-check", "traceback", "attention-backend",
-            "attribute-error", "py-spy", "launcher", "import-error", "runtime-error", "static-assert", "type-error")
+            "attribute-error", "py-spy", "launcher", "import-error", "runtime-error", "static-assert", "type-error",
+            "passed-keyword", "extension-call", "error-directive", "device-link",
+            "none-section")
 
 
 @dataclass(frozen=True, kw_only=True)

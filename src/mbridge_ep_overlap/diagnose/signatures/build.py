@@ -264,3 +264,30 @@ SIGNATURES += (
                  "argument type",),
         confidence=0.85, versions="'int64_t and bool': torch 2.1 (the report); 'int8_t, int64_t and bool': the installed torch"),
 )
+
+ERROR_DIRECTIVE = Signature(
+    id="error-directive", symptom="install", patterns=(),
+    cause="A header stopped the compile with an #error directive (PyTorch's 'C++17 / C++20 or later compatible compiler "
+          "is required', a toolkit's unsupported-compiler check): the build's flags or compiler do not meet what the "
+          "installed headers ask for. The finding quotes the directive and the #if above it from the headers installed "
+          "here, and for a C++ standard the older -std flags the log's commands pass.",
+    fix="meet what the header asks for; for a C++ standard, drop the build's hard-coded -std flag (let "
+        "torch.utils.cpp_extension or CMake choose) or pass the standard it names",
+    source=f"installed:torch/include/torch/csrc/api/include/torch/all.h (its #error; {TRIGGERED})", emitted=(),
+    confidence=0.7, found_by="error-directive",
+    versions="70% with the directive found in the headers installed here, 40% from the message alone")
+
+SIGNATURES += (ERROR_DIRECTIVE,)
+
+DEVICE_LINK_ARCH = Signature(
+    id="device-link", symptom="install", patterns=(),
+    cause="nvlink 'SM Arch ('sm_NN') not found in FILE.o': the extension's CUDA device-link step ran for sm_NN (nvcc's "
+          "default when the link is given no architecture) while its objects were compiled for other architectures, "
+          "so the library carries no usable device code for its GPUs.",
+    fix="pass the compile's architectures to the device-link step too (-gencode / -arch in the dlink flags, CMake's "
+        "CUDA_ARCHITECTURES, or TORCH_CUDA_ARCH_LIST where the build gives it to both), then rebuild",
+    source=f"installed:mbridge_ep_overlap/diagnose/device_links.py (nvcc -dlink's nvlink warning; {TRIGGERED})",
+    emitted=(), confidence=0.7,
+    found_by="device-link", versions="nvcc's nvlink, CUDA 12 and 13 (default architecture sm_75)")
+
+SIGNATURES += (DEVICE_LINK_ARCH,)

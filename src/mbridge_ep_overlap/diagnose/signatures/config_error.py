@@ -284,3 +284,16 @@ SIGNATURES += (
                  "the AssertionError ('2D input matrices with height ... and width'): Transformer Engine 1.5 to 2.3 "
                  "(1.4 and older assert the shape with no message)"),
 )
+
+CONFIG_SECTION_NONE = Signature(
+    id="none-section", symptom="config-error", patterns=(),
+    cause="'NoneType' object has no attribute 'A' where A is a field of a Megatron-Bridge config section that "
+          "ConfigContainer declares Optional and defaults to None (comm_overlap, ft, straggler, peft, ...): the recipe "
+          "sets or reads cfg.SECTION.A while cfg.SECTION was never created. The section is read from the installed "
+          "ConfigContainer.",
+    fix="create the section first (cfg.SECTION = ITS_CLASS(...)), then set the field",
+    source="installed:megatron/bridge/training/config.py (ConfigContainer; the AttributeError raised on a real "
+           "ConfigContainer in the parity test)", emitted=(), confidence=0.6, found_by="none-section",
+    versions="the installed megatron-bridge (its ConfigContainer is read)")
+
+SIGNATURES += (CONFIG_SECTION_NONE,)

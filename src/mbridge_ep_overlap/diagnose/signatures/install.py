@@ -311,3 +311,31 @@ TYPE_ERROR_ACROSS_PACKAGES = Signature(
              "a TypeError inside one package is not named")
 
 SIGNATURES += (TYPE_ERROR_ACROSS_PACKAGES,)
+
+UNEXPECTED_KEYWORD_PASSED_UPSTREAM = Signature(
+    id="passed-keyword", symptom="install", patterns=(),
+    cause="'F() got an unexpected keyword argument K' where the installed Megatron-Core / Megatron-Bridge source passes "
+          "K by name and F is none of their functions (a class of a spec, a model provider, a layer of the run's own "
+          "code or of another package): F was written for a release that did not pass K yet. The finding lists the "
+          "installed calls that pass K.",
+    fix="accept K in F (a parameter, or **kwargs passed on), or run the Megatron-Core / Megatron-Bridge release F was "
+        "written for",
+    source="installed:mbridge_ep_overlap/diagnose/passed_keywords.py", emitted=(), confidence=0.5,
+    found_by="passed-keyword",
+    versions="the installed megatron-core / megatron-bridge (their source is read for the calls passing K)")
+
+SIGNATURES += (UNEXPECTED_KEYWORD_PASSED_UPSTREAM,)
+
+EXTENSION_CALL_MISMATCH = Signature(
+    id="extension-call", symptom="install", patterns=(),
+    cause="'NAME(): incompatible function arguments. The following argument types are supported: ...': NAME is a "
+          "compiled function (a pybind11 binding of Transformer Engine, DeepEP or another extension) and the caller "
+          "passed an argument list its build does not take: caller and extension are from different releases.",
+    fix="use the caller and the extension from releases made to work together (rebuild or reinstall the extension to "
+        "the version the caller was written for, or update the caller)",
+    source="installed:mbridge_ep_overlap/diagnose/extension_calls.py (pybind11's overload-resolution error, raised by a "
+           "binding of the installed torch in its test)",
+    emitted=(), confidence=0.5, found_by="extension-call",
+    versions="pybind11's overload-resolution error (its wording since pybind11 2.x)")
+
+SIGNATURES += (EXTENSION_CALL_MISMATCH,)
