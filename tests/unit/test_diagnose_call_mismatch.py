@@ -1,7 +1,8 @@
 """Calls across releases: a keyword the installed Megatron-Core / Megatron-Bridge passes that the receiving function
 does not take (diagnose.passed_keywords), a compiled binding called with an argument list its build does not take
 (diagnose.extension_calls), a config section left None (diagnose.none_sections), and an upstream check raised through
-another package's frames (diagnose.upstream_checks). Each error text is raised for real here."""
+another package's frames (diagnose.upstream_checks), and a size that does not divide another (diagnose.divisibility).
+Each error text is raised for real here where a CPU can raise it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import traceback
 import pytest
 import torch
 
-from mbridge_ep_overlap.diagnose import none_sections, passed_keywords, upstream_source
+from mbridge_ep_overlap.diagnose import divisibility, none_sections, passed_keywords, upstream_source
 from mbridge_ep_overlap.diagnose.engine import diagnose
 
 
@@ -25,6 +26,14 @@ def raised(call) -> str:
     except (TypeError, AttributeError, RuntimeError) as e:
         return "".join(traceback.format_exception(e))
     raise AssertionError("the call did not raise")
+
+
+def raised_assertion(call) -> str:
+    try:
+        call()
+    except AssertionError as e:
+        return "".join(traceback.format_exception(e))
+    raise RuntimeError("the call did not raise")
 
 
 class ErnieLikeLayer:
@@ -155,3 +164,41 @@ def test_a_generic_upstream_wording_is_not_named_through_a_wrapper_frame():
             "RuntimeError: decoder world_size (4) is not divisible by expert_tensor_model_pipeline_parallel size (8)\n")
     # MCore's ensure_divisibility ('{} is not divisible by {}') fits the words, but says nothing of this check
     assert not any(i.startswith("upstream-check:megatron/core/utils.py") for i in run(text).cause_ids)
+
+
+# ---- a size that does not divide another ----------------------------------------------------------------------
+
+def test_megatron_cores_own_divisibility_check_is_read_for_its_numbers():
+    from megatron.core.utils import ensure_divisibility
+
+    text = raised_assertion(lambda: ensure_divisibility(256, 3))
+    assert "256 is not divisible by 3" in text
+    d = run(text)
+    named = [f for f in d.findings if "divisible" in " ".join(f.evidence)]
+    assert named, d.cause_ids
+    words = " ".join([named[0].signature.fix, *named[0].detail])
+    assert "(1, 2, 4, 8)" in words  # the divisors of 256 nearest 3
+
+
+def test_named_sizes_give_the_values_that_divide():
+    d = run("AssertionError: n_physical_experts=256 must be divisible by ep_size=3. Adjust num_redundant_experts.\n")
+    f = d.findings[0]
+    assert f.signature.id == "divisibility:ep-size"
+    assert "256 % 3 = 1" in f.signature.cause
+    assert "set ep_size to a value that divides 256 (1, 2, 4, 8)" in f.signature.fix
+
+
+def test_a_product_of_parallel_sizes_against_the_gpu_count_names_each_factors_choices():
+    d = run("The expert-parallel grid is incompatible with requested 128 GPUs: the world size must be divisible by "
+            "ETP * EP * PP (1 * 64 * 4 = 256).\n")
+    f = d.findings[0]
+    assert f.signature.id == "divisibility:etp-ep-pp"
+    assert "128 GPUs is not a multiple of ETP x EP x PP = 1 x 64 x 4 = 256" in f.signature.cause
+    assert "EP=32 or 16" in f.signature.fix and "PP=2 or 1" in f.signature.fix
+
+
+def test_sizes_that_do_divide_are_no_finding():
+    assert not any(i.startswith("divisibility") for i in run("AssertionError: 256 is not divisible by 4\n").cause_ids)
+    assert divisibility.factor_choices(128, (("EP", 64), ("PP", 4))) == ["EP=32 or 16 (with the others kept)",
+                                                                        "PP=2 or 1 (with the others kept)"]
+    assert divisibility.divisors_near(256, 3) == [1, 2, 4, 8]

@@ -194,13 +194,13 @@ LABELLED_SETS = {
                            "blind, on main 3018402 (with the readers added after the seventh set), before the set was "
                            "read; then a static_assert quoted with its header's name alone, an upstream check raised "
                            "through another framework's Megatron backend, a header's `#error`, nvlink linking for "
-                           "another architecture, a keyword the installed Megatron passes that the receiving code "
-                           "does not take, a compiled binding's argument mismatch and a config section left None "
+                           "another architecture, a config section left None and a size that does not divide another "
                            "were read", blind=True, read_from="2026-12-03"),
     "unseen9": LabelledSet("unseen9", "Ninth set collected apart from the signatures",
-                           "blind, on main fc9edd2 (the readers of the eighth set not yet written), before the set was "
-                           "read; the readers written from the eighth set were then run on it unchanged, and no "
-                           "reader has been written from this set", blind=True, read_from="2026-12-03"),
+                           "blind, on main fc9edd2 (before the readers written from the eighth set), before the set "
+                           "was read; then a keyword the installed Megatron passes that the receiving code does not "
+                           "take and a compiled binding's argument mismatch were read, written from this set's misses",
+                           blind=True, read_from="2026-12-03"),
 }
 
 

@@ -56,10 +56,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import (attention_backends, attribute_errors, collective_stacks, crashes, device_links, error_directives,
-               extension_calls, flight_recorder, import_errors, launcher, memory, native_checks, none_sections,
-               passed_keywords, prediction, pyspy, runtime_errors, schedule, static_asserts, timeouts, type_errors,
-               upstream_checks, upstream_fallbacks)
+from . import (attention_backends, attribute_errors, collective_stacks, crashes, device_links, divisibility,
+               error_directives, extension_calls, flight_recorder, import_errors, launcher, memory, native_checks,
+               none_sections, passed_keywords, prediction, pyspy, runtime_errors, schedule, static_asserts, timeouts,
+               type_errors, upstream_checks, upstream_fallbacks)
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -107,6 +107,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     directives = error_directives.ErrorDirectives()
     linked = device_links.DeviceLinks()
     unset = none_sections.NoneSections()
+    sizes = divisibility.Divisibility()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -142,6 +143,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             directives.feed(text, where)
             linked.feed(text, where)
             unset.feed(text, where)
+            sizes.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -177,6 +179,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _merge(findings, device_links.findings(linked))
     _merge(findings, none_sections.findings(unset.errors))
     _upstream(raised, findings)
+    _sizes(sizes, findings)  # after the upstream lookup: a check it names gets the values that would divide
     _attribute_errors(missing_attrs, findings)
     _import_errors(failed_imports, findings)
     _static_asserts(compiled, findings)
@@ -269,6 +272,15 @@ def _attribute_errors(missing: attribute_errors.AttributeErrors, findings: dict[
 def _import_errors(failed: import_errors.ImportErrors, findings: dict[str, Finding]) -> None:
     """The ImportErrors / ModuleNotFoundErrors no hand-written signature names (deepep-not-installed and the like)."""
     _merge(findings, import_errors.findings(_unnamed(failed.errors, lambda e: e.line, findings)))
+
+
+def _sizes(sizes: divisibility.Divisibility, findings: dict[str, Finding]) -> None:
+    """A size that does not divide another: the values that would, beside the check another reader named from the same
+    line (an upstream check), else as a finding of its own."""
+    for f in findings.values():
+        mine = [s for s in sizes.lines if any(s.text[:120] in line for line in f.evidence)]
+        f.detail += [d for d in divisibility.details(mine) if d not in f.detail]
+    _merge(findings, divisibility.findings(_unnamed(sizes.lines, lambda s: s.text, findings)))
 
 
 def _static_asserts(compiled: static_asserts.StaticAsserts, findings: dict[str, Finding]) -> None:

@@ -297,3 +297,16 @@ CONFIG_SECTION_NONE = Signature(
     versions="the installed megatron-bridge (its ConfigContainer is read)")
 
 SIGNATURES += (CONFIG_SECTION_NONE,)
+
+SIZE_NOT_DIVISIBLE = Signature(
+    id="divisibility", symptom="config-error", patterns=(),
+    cause="A check of some framework says one size must divide another ('A=a must be divisible by B=b', 'a is not "
+          "divisible by b', 'the world size must be divisible by ETP * EP * PP (1 * 64 * 4 = 256)' with the GPU "
+          "count): the numbers are read from the message and checked.",
+    fix="the values that divide, computed from the message: the divisors of the dividend nearest the divisor, or for "
+        "a product of parallel sizes each factor's values that make it divide the GPU count",
+    source="installed:mbridge_ep_overlap/diagnose/divisibility.py (Megatron-Core's ensure_divisibility raised in its "
+           "test)", emitted=(), confidence=0.5, found_by="divisibility",
+    versions="any framework's wording of the forms the reader knows")
+
+SIGNATURES += (SIZE_NOT_DIVISIBLE,)
