@@ -1,7 +1,8 @@
 """Calls across releases: a keyword the installed Megatron-Core / Megatron-Bridge passes that the receiving function
 does not take (diagnose.passed_keywords), a compiled binding called with an argument list its build does not take
 (diagnose.extension_calls), a config section left None (diagnose.none_sections), and an upstream check raised through
-another package's frames (diagnose.upstream_checks), and a size that does not divide another (diagnose.divisibility).
+another package's frames (diagnose.upstream_checks), and a size that does not divide another (diagnose.divisibility), a name used where it is not
+defined (diagnose.name_errors).
 Each error text is raised for real here where a CPU can raise it."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import traceback
 import pytest
 import torch
 
-from mbridge_ep_overlap.diagnose import divisibility, none_sections, passed_keywords, upstream_source
+from mbridge_ep_overlap.diagnose import divisibility, name_errors, none_sections, passed_keywords, upstream_source
 from mbridge_ep_overlap.diagnose.engine import diagnose
 
 
@@ -24,6 +25,14 @@ def raised(call) -> str:
     try:
         call()
     except (TypeError, AttributeError, RuntimeError) as e:
+        return "".join(traceback.format_exception(e))
+    raise AssertionError("the call did not raise")
+
+
+def raised_name_error(call) -> str:
+    try:
+        call()
+    except NameError as e:
         return "".join(traceback.format_exception(e))
     raise AssertionError("the call did not raise")
 
@@ -202,3 +211,29 @@ def test_sizes_that_do_divide_are_no_finding():
     assert divisibility.factor_choices(128, (("EP", 64), ("PP", 4))) == ["EP=32 or 16 (with the others kept)",
                                                                         "PP=2 or 1 (with the others kept)"]
     assert divisibility.divisors_near(256, 3) == [1, 2, 4, 8]
+
+
+# ---- a name used where it is not defined ----------------------------------------------------------------------
+
+def _uses_an_undefined_name():
+    return undefined_token_indices.view(-1)  # noqa: F821 - the bug this test raises
+
+
+def test_a_name_error_is_named_as_a_bug_of_the_raising_code_with_its_frame():
+    text = raised_name_error(_uses_an_undefined_name)
+    assert "NameError: name 'undefined_token_indices' is not defined" in text
+    f = run(text).findings[0]
+    assert f.signature.id == "name-error:undefined_token_indices"
+    assert "in _uses_an_undefined_name" in f.signature.cause and "not a configuration error" in f.signature.cause
+    assert f.signature.confidence == name_errors.CONFIDENCE
+
+
+def test_a_name_the_installed_function_binds_says_the_installed_release_has_it():
+    site = next(b for b in name_errors.binding_sites("sorted_indices") if b.rel.endswith("moe/moe_utils.py"))
+    text = (f'  File "/usr/local/lib/python3.12/dist-packages/{site.rel}", line {site.line + 5}, in {site.scope}\n'
+            "    permuted_input = tokens.index_select(0, sorted_indices)\n"
+            "NameError: name 'sorted_indices' is not defined\n")
+    f = run(text).findings[0]
+    assert f.signature.id == "name-error:sorted_indices"
+    assert f"binds it in the same function ({site.rel}:{site.line})" in f.signature.cause
+    assert "(megatron)" in f.signature.cause and "the installed megatron-core" in f.signature.fix

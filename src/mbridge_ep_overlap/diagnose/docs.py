@@ -194,8 +194,8 @@ LABELLED_SETS = {
                            "blind, on main 3018402 (with the readers added after the seventh set), before the set was "
                            "read; then a static_assert quoted with its header's name alone, an upstream check raised "
                            "through another framework's Megatron backend, a header's `#error`, nvlink linking for "
-                           "another architecture, a config section left None and a size that does not divide another "
-                           "were read", blind=True, read_from="2026-12-03"),
+                           "another architecture, a config section left None, a size that does not divide another and "
+                           "a name used where it is not defined were read", blind=True, read_from="2026-12-03"),
     "unseen9": LabelledSet("unseen9", "Ninth set collected apart from the signatures",
                            "blind, on main fc9edd2 (before the readers written from the eighth set), before the set "
                            "was read; then a keyword the installed Megatron passes that the receiving code does not "

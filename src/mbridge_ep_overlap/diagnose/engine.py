@@ -57,9 +57,9 @@ from typing import BinaryIO
 
 from ..base import run_files
 from . import (attention_backends, attribute_errors, collective_stacks, crashes, device_links, divisibility,
-               error_directives, extension_calls, flight_recorder, import_errors, launcher, memory, native_checks,
-               none_sections, passed_keywords, prediction, pyspy, runtime_errors, schedule, static_asserts, timeouts,
-               type_errors, upstream_checks, upstream_fallbacks)
+               error_directives, extension_calls, flight_recorder, import_errors, launcher, memory, name_errors,
+               native_checks, none_sections, passed_keywords, prediction, pyspy, runtime_errors, schedule,
+               static_asserts, timeouts, type_errors, upstream_checks, upstream_fallbacks)
 from .iterations import IterationSeries
 from .report import Diagnosis, Finding
 from .signatures import Signature, all_signatures
@@ -108,6 +108,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     linked = device_links.DeviceLinks()
     unset = none_sections.NoneSections()
     sizes = divisibility.Divisibility()
+    undefined = name_errors.NameErrors()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -144,6 +145,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             linked.feed(text, where)
             unset.feed(text, where)
             sizes.feed(text, where)
+            undefined.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -159,6 +161,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
         passed.finish()
         bindings.finish()
         unset.finish()
+        undefined.finish()
         if captured:
             crash_text[_crash_name(src)] = "\n".join(captured) + "\n"
     if ev.texts:
@@ -178,6 +181,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
                                                directives.standards))
     _merge(findings, device_links.findings(linked))
     _merge(findings, none_sections.findings(unset.errors))
+    _merge(findings, name_errors.findings(_unnamed(undefined.errors, lambda e: e.text, findings)))
     _upstream(raised, findings)
     _sizes(sizes, findings)  # after the upstream lookup: a check it names gets the values that would divide
     _attribute_errors(missing_attrs, findings)

@@ -310,3 +310,16 @@ SIZE_NOT_DIVISIBLE = Signature(
     versions="any framework's wording of the forms the reader knows")
 
 SIGNATURES += (SIZE_NOT_DIVISIBLE,)
+
+NAME_NOT_DEFINED = Signature(
+    id="name-error", symptom="config-error", patterns=(),
+    cause="NameError / UnboundLocalError: a name used where it is not defined, a bug of the release whose code raised "
+          "it (a typo, a refactor's leftover, a missing import), not a configuration error. The finding names the "
+          "frame that raised it and where the installed Megatron-Core / Megatron-Bridge bind the name (the same "
+          "function there: the installed release has it fixed).",
+    fix="a release of that package with the bug fixed, or avoid the code path until then",
+    source="installed:mbridge_ep_overlap/diagnose/name_errors.py (Python's NameError raised in its test)", emitted=(),
+    confidence=0.55, found_by="name-error",
+    versions="55% with the raising frame in the log, 45% without")
+
+SIGNATURES += (NAME_NOT_DEFINED,)
