@@ -41,6 +41,8 @@ import sys
 from pathlib import Path
 
 KINDS = ("gemm", "attention", "memory")
+SELECTED_MODELS: tuple[str, ...] = ()
+"""``--models``: the layer shapes to time (empty: all of ``MODELS``)."""
 SCHEMA = 1
 WARMUP, ITERS = 3, 10
 SEQ = 4096
@@ -56,6 +58,11 @@ MODELS = {
     # MLA: query/key head dim 128 (nope) + 64 (rope) = 192, value head dim 128.
     "deepseek_v3": dict(hidden=7168, heads=128, kv_heads=128, head_dim=192, v_head_dim=128,
                         expert_ffn=2048, experts=256, topk=8, ep=64),
+    # GPT-OSS-120B (EP 8 in the H100 BF16 recipe): head dim 64, learnable softmax offsets (attention
+    # sinks: MB's bridge sets softmax_type "learnable") and a 128-token sliding window on every other
+    # layer (window_size (127, 0), window_attn_skip_freq 2); its attention rows time each variant.
+    "gpt_oss_120b": dict(hidden=2880, heads=64, kv_heads=8, head_dim=64, v_head_dim=64,
+                         expert_ffn=2880, experts=128, topk=4, ep=8, window=127, softmax_type="learnable"),
 }
 MEMORY_VARIANTS = {
     "off": ["--ep-overlap", "off"],
@@ -140,10 +147,16 @@ def gemm_shapes() -> list[dict]:
                  out_features=2 * m["expert_ffn"], groups=local),
             dict(model=model, op="grouped_fc2", tokens=routed, in_features=m["expert_ffn"],
                  out_features=m["hidden"], groups=local),
-            dict(model=model, op="attention", tokens=SEQ, heads=m["heads"], kv_heads=m["kv_heads"],
-                 head_dim=m["head_dim"], v_head_dim=m["v_head_dim"]),
         ]
-    return out
+        attention = dict(model=model, op="attention", tokens=SEQ, heads=m["heads"], kv_heads=m["kv_heads"],
+                         head_dim=m["head_dim"], v_head_dim=m["v_head_dim"])
+        if "window" not in m and "softmax_type" not in m:
+            out.append(attention)
+            continue
+        for window in (None, m.get("window")) if m.get("window") else (None,):
+            for softmax in ("vanilla", m.get("softmax_type", "vanilla")) if m.get("softmax_type") else ("vanilla",):
+                out.append({**attention, "window": window, "softmax_type": softmax})
+    return [s for s in out if not SELECTED_MODELS or s["model"] in SELECTED_MODELS]
 
 
 def _recipes(te_recipe) -> dict:
@@ -205,8 +218,11 @@ def _time(fn, torch) -> float:
 def _flops(shape: dict) -> float:
     """Forward FLOPs of the op (backward = 2x: dgrad + wgrad)."""
     if shape["op"] == "attention":
-        # causal: half of QK^T and of PV
-        return 2 * shape["tokens"] ** 2 * shape["heads"] * (shape["head_dim"] + shape["v_head_dim"]) / 2
+        # causal: the (query, key) pairs at or before each query; a sliding window of w keys before
+        # each query keeps min(q + 1, w + 1) of them (MCore window_size (w, 0))
+        n, w = shape["tokens"], shape.get("window")
+        pairs = n * (n + 1) / 2 if w is None else sum(min(q + 1, w + 1) for q in range(n))
+        return 2 * pairs * shape["heads"] * (shape["head_dim"] + shape["v_head_dim"])
     return 2 * shape["tokens"] * shape["in_features"] * shape["out_features"]
 
 
@@ -218,7 +234,11 @@ def _measure(te, torch, shape: dict, recipe, precision: str, fp8_attention: bool
         attn = te.DotProductAttention(shape["heads"], (shape["head_dim"], shape["v_head_dim"])
                                       if shape["head_dim"] != shape["v_head_dim"] else shape["head_dim"],
                                       num_gqa_groups=shape["kv_heads"], attn_mask_type="causal",
-                                      qkv_format="sbhd", attention_dropout=0.0)
+                                      qkv_format="sbhd", attention_dropout=0.0,
+                                      **({"window_size": (shape["window"], 0)} if shape.get("window") else {}),
+                                      **({"softmax_type": shape["softmax_type"]}
+                                         if shape.get("softmax_type", "vanilla") != "vanilla" else {}))
+        attn = attn.to(dev)
         q = torch.randn(shape["tokens"], 1, shape["heads"], shape["head_dim"], device=dev, dtype=torch.bfloat16,
                         requires_grad=True)
         k = torch.randn(shape["tokens"], 1, shape["kv_heads"], shape["head_dim"], device=dev, dtype=torch.bfloat16,
@@ -444,10 +464,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("kind", choices=KINDS)
     p.add_argument("out", help="JSON file to write")
     p.add_argument("--runs", default=None, help="memory: folder for the runs' logs (default: beside OUT)")
+    p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=None,
+                   help="gemm / attention: the layer shapes to time (default: all)")
     try:
         a = p.parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
+    global SELECTED_MODELS
+    SELECTED_MODELS = tuple(a.models or ())
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     data = header(a.kind)

@@ -55,6 +55,27 @@ def test_shapes_are_the_local_experts_at_the_recipes_ep(mp):
             assert s["tokens"] % (16 * s["groups"]) == 0
 
 
+def test_gpt_oss_attention_is_timed_with_and_without_its_window_and_sinks(mp, monkeypatch):
+    rows = [s for s in mp.gemm_shapes() if s["model"] == "gpt_oss_120b" and s["op"] == "attention"]
+    assert {(s["window"], s["softmax_type"]) for s in rows} == {(None, "vanilla"), (None, "learnable"),
+                                                               (127, "vanilla"), (127, "learnable")}
+    assert all(s["head_dim"] == 64 and s["kv_heads"] == 8 for s in rows)
+    full, windowed = (next(s for s in rows if s["window"] == w) for w in (None, 127))
+    n = 4096  # causal pairs n(n+1)/2; a window of 127 keys before each query keeps at most 128 of them
+    assert mp._flops(full) == 2 * n * (n + 1) / 2 * 64 * 128
+    assert mp._flops(windowed) == 2 * (128 * 129 / 2 + (n - 128) * 128) * 64 * 128
+    monkeypatch.setattr(mp, "SELECTED_MODELS", ("gpt_oss_120b",))
+    assert {s["model"] for s in mp.gemm_shapes()} == {"gpt_oss_120b"}
+
+
+def test_layer_script_usage_exit_2():
+    spec = importlib.util.spec_from_file_location("measure_layer", ROOT / "scripts/gpu/measure_layer.py")
+    ml = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ml)
+    assert ml.main(["x.json"]) == 2  # --recipe is required
+    assert ml.main(["x.json", "--recipe", "m:f", "--layers", "0"]) == 2
+
+
 def test_memory_runs_cover_the_variants(mp):
     names = [r[0] for r in mp.memory_runs(te_ok=True)]
     assert names == ["local-off", "local-overlap", "local-overlap_early_attn_release", "te-off", "te-overlap",

@@ -133,6 +133,15 @@ def test_what_is_not_modelled_is_said_and_lowers_confidence():
     assert d["confidence"] == cp.confidence and len(d["not_modelled"]) == 3 and "total_on_gib" in d["memory"]
 
 
+def test_attention_sinks_are_said_not_measured_on_te_layers_only():
+    sinks = for_config(_cfg(softmax_type="learnable"), H100)
+    assert [n for n in sinks.not_modelled if n.startswith("softmax_type=learnable (attention sinks)")]
+    assert sinks.confidence.startswith("low")
+    assert for_config(_cfg(softmax_type="vanilla"), H100).not_modelled == ()
+    local = _cfg(softmax_type="learnable", transformer_impl="local")
+    assert not [n for n in for_config(local, H100).not_modelled if "softmax_type" in n]
+
+
 def test_measured_fp8_efficiencies_are_the_ones_the_evidence_gives():
     """The FP8 rows' relative_efficiency re-derived from the 2026-12-01 1x H200 GEMM measurements."""
     evidence = Path(__file__).parents[2] / "docs/evidence/2026-12-01-h200x1-predict/gemm.json"
@@ -177,6 +186,67 @@ def test_te_gemm_size_curve_is_the_one_the_evidence_gives():
     for d, t, f in pts[:4]:
         groups = f / (2 * d ** 3)
         assert te_gemm_efficiency(f / groups) == pytest.approx(curve["e_max"] * (1 - math.exp(-d / curve["d0"])))
+
+
+ATTENTION_EVIDENCE = ("docs/evidence/2026-12-01-h200x1-predict/gemm.json",
+                      "docs/evidence/2026-12-02-h200x1-fp8-attention/attention.json")
+
+
+def test_te_attention_curve_is_the_one_the_evidence_gives():
+    """hardware.json's te_attention_efficiency re-derived from the BF16 fused-attention rows measured on
+    1x H200 (two days, three layer shapes): d0 by least squares in log time over the forward rows with
+    e_max the TE GEMM ceiling, backward_factor the geometric mean of backward / forward time."""
+    import math
+
+    from mbridge_ep_overlap.predict.costs import te_attention_efficiency
+
+    rows = [r for path in ATTENTION_EVIDENCE for r in json.loads((Path(__file__).parents[2] / path).read_text())["rows"]
+            if r.get("op") == "attention" and r.get("precision") == "bf16" and r["status"] == "ok"]
+    fwd = [(r["flops"], r["seconds"]) for r in rows if r["direction"] == "forward"]
+    assert len(fwd) == 6
+    peak = HW["gpus"]["h200"]["bf16_dense_tflops"] * 1e12
+    e_max = HW["te_gemm_efficiency"]["e_max"]
+
+    def loss(d0: float) -> float:
+        return sum((math.log(f / (peak * e_max * (1 - math.exp(-((f / 2) ** (1 / 3)) / d0)))) - math.log(t)) ** 2
+                   for f, t in fwd)
+
+    best = min((loss(d0), d0) for d0 in range(100, 40000, 20))
+    curve = HW["te_attention_efficiency"]
+    assert curve["d0"] == best[1]
+    assert math.sqrt(best[0] / len(fwd)) < 0.07  # the stated rms error per row
+    ratios = []
+    for path in ATTENTION_EVIDENCE:
+        got = [r for r in json.loads((Path(__file__).parents[2] / path).read_text())["rows"]
+               if r.get("op") == "attention" and r.get("precision") == "bf16" and r["status"] == "ok"]
+        t = {(r["model"], r["direction"]): r["seconds"] for r in got}
+        ratios += [t[(m, "backward")] / t[(m, "forward")] for m, d in t if d == "forward"]
+    assert len(ratios) == 6
+    assert curve["backward_factor"] == round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 2)
+    for f, _ in fwd:
+        assert te_attention_efficiency(f) == pytest.approx(e_max * (1 - math.exp(-((f / 2) ** (1 / 3)) / curve["d0"])))
+
+
+def test_te_layers_cost_core_attention_at_the_measured_curve(monkeypatch):
+    """The TE attention node's core attention is its causal FLOPs at te_attention_efficiency of the
+    layer's full-attention call; its backward is backward_factor x that: raising the factor by one adds
+    exactly the forward core time to the backward node. A sliding window shortens the FLOPs, not the rate."""
+    from mbridge_ep_overlap.predict import costs
+    from mbridge_ep_overlap.predict.costs import te_attention_efficiency
+
+    i = _moe(transformer_impl="transformer_engine")
+    cluster = Cluster(gpu="h200", num_gpus=64)
+    cal = default_calibration()
+    base = layer_costs(i, cluster, cal)
+    curve = dict(costs.hardware()["te_attention_efficiency"])
+    hw = dict(costs.hardware())
+    monkeypatch.setattr(costs, "hardware", lambda: {**hw, "te_attention_efficiency": {**curve,
+                                                                                      "backward_factor": curve["backward_factor"] + 1}})
+    raised = layer_costs(i, cluster, cal)
+    core = 4 * i.tokens_per_gpu * i.seq_length * i.num_attention_heads * i.kv_channels * 0.5
+    peak = HW["gpus"]["h200"]["bf16_dense_tflops"] * 1e12
+    assert raised.attn_b - base.attn_b == pytest.approx(core / (peak * te_attention_efficiency(core)), rel=1e-9)
+    assert raised.attn_f == base.attn_f
 
 
 def test_fp8_attention_factor_is_the_one_the_evidence_gives():

@@ -18,7 +18,8 @@ Contract
   is ``CannotPredict`` with the reason, never another exception.
 * What the model does not represent (``unmodelled(cfg, inputs, gpu)``): CUDA graphs, the replay time of a
   selectively recomputed "moe" or "gdn_norm_out" (the other modules' replay is costed), shared-expert overlap, BF16 first/last layers, TF32 GEMMs,
-  FP8 attention on a GPU kind whose FP8 attention was not measured (``hardware.json`` ``fp8_attention``);
+  FP8 attention on a GPU kind whose FP8 attention was not measured (``hardware.json`` ``fp8_attention``),
+  attention sinks (a ``softmax_type`` other than vanilla on TE layers: their fused attention is not measured);
   each is one "not modelled: ..." line of ``lines()`` and lowers ``confidence`` from "validated"
   (BF16 on the calibrated GPU kind, ``validation``'s check rows) to "provisional" (another GPU kind or
   an FP8-class precision whose efficiency is not yet measured) or "low" (anything not modelled).
@@ -251,6 +252,10 @@ def unmodelled(cfg: Any, inputs: StepInputs, gpu: str) -> tuple[str, ...]:
         out.append(f"fp8_dot_product_attention: FP8 core attention ({inputs.gemm_precision} on {gpu}) taken at the BF16 "
                    f"rate (measured on H200 under {', '.join(measured['recipes'])} only, "
                    f"{measured['time_factor']:.2f}x the BF16 time there)")
+    softmax = get("softmax_type", "vanilla") or "vanilla"
+    if softmax != "vanilla" and inputs.transformer_impl == "transformer_engine":
+        out.append(f"softmax_type={softmax} (attention sinks): fused attention with softmax offsets taken at the "
+                   "measured speed of standard softmax")
     if get("moe_expert_capacity_factor") is not None:
         out.append(f"moe_expert_capacity_factor={get('moe_expert_capacity_factor')}: token dropping and padding "
                    "(routing is taken as balanced)")

@@ -10,10 +10,11 @@ gradient sync) and what each all-to-all moves (bytes in and out of the NVLink do
 
 Compute time = GEMM FLOPs / (peak x GEMM efficiency; linear layers at the peak and relative
 efficiency of the recipe's GEMM precision, ``precision.gemm_rate``, plus its quantization passes) + memory-bound bytes / (HBM bandwidth x
-``memory_efficiency``) [+ fused attention FLOPs / (peak x ``attention_efficiency``) on the
-Transformer-Engine path]. The GEMM efficiency is ``gemm_efficiency`` on the local layer stack and,
-on the Transformer-Engine stack, ``te_gemm_efficiency(flops of one GEMM call)``: the measured TE
-GEMM efficiency at that size (``hardware.json``; a grouped GEMM is sized per local expert; a
+``memory_efficiency``) [+ fused attention FLOPs / (peak x ``te_attention_efficiency(FLOPs of one
+call)``) on the Transformer-Engine path: the measured TE fused-attention efficiency at that size].
+The GEMM efficiency is ``gemm_efficiency`` on the local layer stack and, on the Transformer-Engine stack,
+``te_gemm_efficiency(flops of one GEMM call)``: the measured TE GEMM efficiency at that size
+(``hardware.json``; a grouped GEMM is sized per local expert; a
 calibration of another cluster scales it by its ``gemm_efficiency`` over the shipped one), since
 one constant cannot hold both Qwen3-30B-A3B's small GEMMs and DeepSeek-V3's large ones. The two
 calibrated efficiencies are fitted on the GPU the calibration was measured on
@@ -64,7 +65,7 @@ REPLAYED_MODULES = frozenset({"core_attn", "layernorm", "mla_up_proj", "shared_e
 _ATTN_KEY_TILE = 128  # keys per tile of the fused attention kernels (FlashAttention / cuDNN block size; assumed)
 _BWD_GEMM = 2.0  # dgrad + wgrad
 _BWD_MEM = 2.0
-_BWD_ATTN = {"local": 2.0, "transformer_engine": 2.5}  # flash backward recomputes the scores
+_BWD_ATTN_LOCAL = 2.0  # unfused backward: dgrad + wgrad-like products of the two score GEMMs
 
 
 # Copy-equivalent bytes per element of the eager expert passes of MCore 0.19.2's unfused grouped
@@ -155,6 +156,17 @@ def te_gemm_efficiency(flops_per_call: float) -> float:
     return max(c["floor"], c["e_max"] * (1 - math.exp(-d / c["d0"])))
 
 
+def te_attention_efficiency(flops_per_call: float) -> float:
+    """Fraction of the dense peak one Transformer Engine fused-attention forward call of
+    ``flops_per_call`` (causal pairs) reaches: ``e_max x (1 - exp(-d / d0))`` with d = (flops / 2)^(1/3),
+    e_max the TE GEMM ceiling, d0 fitted on the BF16 attention rows measured on 1x H200
+    (``hardware.json`` ``te_attention_efficiency``)."""
+    hw = hardware()
+    c = hw["te_attention_efficiency"]
+    d = (max(flops_per_call, 0.0) / 2) ** (1 / 3)
+    return max(c["floor"], hw["te_gemm_efficiency"]["e_max"] * (1 - math.exp(-d / c["d0"])))
+
+
 def gpu_spec(key: str) -> dict[str, Any]:
     gpus = hardware()["gpus"]
     if key not in gpus:
@@ -169,7 +181,6 @@ class Calibration:
     gpu: str
     gemm_efficiency: float
     memory_efficiency: float
-    attention_efficiency_te: float  # fused attention on the TE path: assumed, not fitted here
     nvlink_alltoall_efficiency: float
     nvlink_contention: float
     nvlink_comm_slowdown: float = 0.0
@@ -190,7 +201,6 @@ class Calibration:
                  for name, v in f.get("links", {}).items()}
         a = d["assumed"]
         return cls(gpu=d["gpu"], gemm_efficiency=f["gemm_efficiency"], memory_efficiency=f["memory_efficiency"],
-                   attention_efficiency_te=d["assumed"]["attention_efficiency_te"],
                    nvlink_alltoall_efficiency=f["nvlink_alltoall_efficiency"],
                    nvlink_contention=f["nvlink_contention"], nvlink_comm_slowdown=f.get("nvlink_comm_slowdown", 0.0),
                    links=links,
@@ -437,6 +447,7 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
             + 2 * T * i.kv_lora_rank * nh * ((i.qk_head_dim or 128) + dv)
         attn_lin_t = lambda: lin(q_proj, 2 if q_in else 1) + lin(kv_proj, 2) + lin(2 * T * nh * dv * h)  # noqa: E731
         core = 2 * T * S * nh * (dqk + dv) * causal
+        full_core = core
         rope_elems = T * nh * (i.qk_pos_emb_head_dim or 64) * 2
         attn_params = h * (q_in + i.kv_lora_rank + (i.qk_pos_emb_head_dim or 64)) \
             + q_in * nh * dqk + i.kv_lora_rank * nh * ((i.qk_head_dim or 128) + dv) + nh * dv * h
@@ -445,7 +456,7 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
         kv = i.kv_channels
         ng = i.num_query_groups
         attn_lin_t = lambda: lin(2 * T * h * (nh * kv + 2 * ng * kv)) + lin(2 * T * nh * kv * h)  # noqa: E731
-        core = 4 * T * S * nh * kv * causal
+        core = full_core = 4 * T * S * nh * kv * causal
         if i.attention_window and impl == "transformer_engine" and i.windowed_layers:
             # sliding window (fused attention skips key tiles outside it): each query computes its
             # window plus the partly masked key tile at the window's edge, never more than causal;
@@ -462,10 +473,13 @@ def layer_costs(inputs: StepInputs, cluster: Cluster, cal: Calibration, dispatch
     if impl == "local":
         scores = T * S * score_heads  # per GPU: local queries x all keys x local heads
         attn_core_f = gemm(core) + mem(scores * _PASSES["score_bytes_local"])
-        attn_core_b = _BWD_ATTN["local"] * attn_core_f
+        attn_core_b = _BWD_ATTN_LOCAL * attn_core_f
     else:
-        attn_core_f = core / (peak * cal.attention_efficiency_te * spec.get("attention_speedup", 1.0))
-        attn_core_b = _BWD_ATTN["transformer_engine"] * attn_core_f
+        # at the measured efficiency of this layer's full-attention call (a windowed layer too: its
+        # own call is outside the measured sizes; hardware.json te_attention_efficiency)
+        attn = hardware()["te_attention_efficiency"]
+        attn_core_f = core / (peak * te_attention_efficiency(full_core) * spec.get("attention_speedup", 1.0))
+        attn_core_b = attn["backward_factor"] * attn_core_f
         if fp8_attention_measured(i, cluster.gpu):
             # FP8 fused attention measured against BF16 on the GPU kind that runs it (fp8_attention(), the
             # quantization of Q, K, V, O and dO included); elsewhere taken at the BF16 rate and said so
