@@ -16,8 +16,7 @@ named now, computed, and the judged hit) and on the third (``failure_reports_uns
 the Transformer Engine, NVSHMEM and build signatures written from it) and on the fourth (``failure_reports_unseen4``,
 *before* measured blind, with its judged hit in a ``hit_before`` column), the fifth and the sixth
 (``failure_reports_unseen5``,
-``failure_reports_unseen6``, ``failure_reports_unseen7``, ``failure_reports_unseen8``, ``failure_reports_unseen9``, the
-same). A corpus label ``upstream-check:FILE``
+``failure_reports_unseen6`` to ``failure_reports_unseen10``, the same). A corpus label ``upstream-check:FILE``
 is met by the general upstream-check finding for a check in FILE (``upstream-check:FILE:LINE``: the line
 follows the installed version). The corpus folder is found beside this checkout
 (``tests/unit/fixtures/failure_reports``, labels in ``tests/unit/fixtures/corpus_causes.tsv``) or given.
@@ -40,18 +39,12 @@ PAGE = REPO / "docs" / "troubleshooting.md"
 CORPUS = REPO / "tests" / "unit" / "fixtures" / "failure_reports"
 LABELS = REPO / "tests" / "unit" / "fixtures" / "corpus_causes.tsv"
 UNSEEN = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen"
-UNSEEN2 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen2"
-UNSEEN3 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen3"
-UNSEEN4 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen4"
-UNSEEN5 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen5"
-UNSEEN6 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen6"
-UNSEEN7 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen7"
-UNSEEN8 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen8"
-UNSEEN9 = REPO / "tests" / "unit" / "fixtures" / "failure_reports_unseen9"
+FIXTURES = REPO / "tests" / "unit" / "fixtures"
+"""Where each labelled set lives: ``failure_reports_<name>`` (``LABELLED_SETS``)."""
 READ_FROM = "2026-12-02"
 """From this date on the developer has read the holdout and every unseen set: their rates are no longer blind
-(unseen4's to unseen9's *before* columns are: each was measured before its set was read; unseen7 to unseen9 were
-read from 2026-12-03)."""
+(unseen4's to unseen10's *before* columns are: each was measured before its set was read; unseen7 to unseen9 were
+read from 2026-12-03, unseen10 from 2026-12-04)."""
 HEADER = ("<!-- Generated from the code by `python -m mbridge_ep_overlap.tools.gen_docs --write`: "
           "do not edit by hand. -->\n\n")
 
@@ -130,7 +123,7 @@ class Unseen2Row:
     """The same judgement of *before*, where ``labels.tsv`` has a ``hit_before`` column (a set measured blind)."""
 
 
-def unseen2_rows(folder: Path = UNSEEN2) -> list[Unseen2Row]:
+def unseen2_rows(folder: Path = FIXTURES / "failure_reports_unseen2") -> list[Unseen2Row]:
     """A labelled unseen set (the second, the third): ``labels.tsv``'s before and hit columns, *named* computed now."""
     path = folder / "labels.tsv"
     labelled = {}
@@ -201,6 +194,10 @@ LABELLED_SETS = {
                            "was read; then a keyword the installed Megatron passes that the receiving code does not "
                            "take and a compiled binding's argument mismatch were read, written from this set's misses",
                            blind=True, read_from="2026-12-03"),
+    "unseen10": LabelledSet("unseen10", "Tenth set collected apart from the signatures",
+                            "blind, on main 806171e (after the readers written from the ninth set), before the set "
+                            "was read; then the readers written from this set's misses were added",
+                            blind=True, read_from="2026-12-04"),
 }
 
 
@@ -253,9 +250,7 @@ def render(folder: Path = CORPUS, label_file: Path = LABELS) -> str:
     return HEADER + body(folder, label_file)
 
 
-def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN, unseen2: Path = UNSEEN2,
-         unseen3: Path = UNSEEN3, unseen4: Path = UNSEEN4, unseen5: Path = UNSEEN5,
-         unseen6: Path = UNSEEN6, unseen7: Path = UNSEEN7, unseen8: Path = UNSEEN8, unseen9: Path = UNSEEN9) -> str:
+def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN, fixtures: Path = FIXTURES) -> str:
     sigs = all_signatures()
     out = ["# Troubleshooting EP overlap: symptom -> cause -> fix", "",
            "`mbridge-ep-overlap diagnose PATH...` (a log, a run folder, Slurm output, or `-` for a pasted log) "
@@ -307,10 +302,8 @@ def body(folder: Path = CORPUS, label_file: Path = LABELS, unseen: Path = UNSEEN
                 out.append(f"| [{r.id}]({r.source_url}) | {r.symptom_class} | `{r.expected}` | `{r.named}` | "
                            f"{'yes' if r.hit else 'no'} |")
         out.append("")
-    for path, labelled in ((unseen2, LABELLED_SETS["unseen2"]), (unseen3, LABELLED_SETS["unseen3"]),
-                           (unseen4, LABELLED_SETS["unseen4"]), (unseen5, LABELLED_SETS["unseen5"]),
-                           (unseen6, LABELLED_SETS["unseen6"]), (unseen7, LABELLED_SETS["unseen7"]),
-                           (unseen8, LABELLED_SETS["unseen8"]), (unseen9, LABELLED_SETS["unseen9"])):
+    for name, labelled in LABELLED_SETS.items():
+        path = fixtures / f"failure_reports_{name}"
         if path.is_dir():
             out += _labelled_section(path, labelled)
     return "\n".join(out)
