@@ -196,7 +196,10 @@ LABELLED_SETS = {
                            blind=True, read_from="2026-12-03"),
     "unseen10": LabelledSet("unseen10", "Tenth set collected apart from the signatures",
                             "blind, on main 806171e (after the readers written from the ninth set), before the set "
-                            "was read; then the readers written from this set's misses were added",
+                            "was read; then a value outside what a kernel was built for ('Unsupported ...', a "
+                            "compile-time maximum, an equality check's two values), a call written for another release "
+                            "of a library's headers, ptxas refusing PTX, and Megatron-Bridge's Hugging Face export "
+                            "warnings were read, written from this set's misses",
                             blind=True, read_from="2026-12-04"),
 }
 

@@ -56,7 +56,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import (attention_backends, attribute_errors, collective_stacks, crashes, device_links, divisibility,
+from . import (attention_backends, attribute_errors, collective_stacks, compile_errors, conversion, crashes, device_links,
+               divisibility, kernel_limits,
                error_directives, extension_calls, flight_recorder, import_errors, launcher, memory, name_errors,
                native_checks, none_sections, passed_keywords, prediction, pyspy, runtime_errors, schedule,
                static_asserts, timeouts, type_errors, upstream_checks, upstream_fallbacks)
@@ -109,6 +110,9 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     unset = none_sections.NoneSections()
     sizes = divisibility.Divisibility()
     undefined = name_errors.NameErrors()
+    limits = kernel_limits.KernelLimits()
+    builds = compile_errors.CompileErrors()
+    unmapped = conversion.Unmapped()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -146,6 +150,9 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             unset.feed(text, where)
             sizes.feed(text, where)
             undefined.feed(text, where)
+            limits.feed(text, where)
+            builds.feed(text, where)
+            unmapped.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -162,6 +169,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
         bindings.finish()
         unset.finish()
         undefined.finish()
+        builds.finish()
         if captured:
             crash_text[_crash_name(src)] = "\n".join(captured) + "\n"
     if ev.texts:
@@ -180,10 +188,13 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _merge(findings, error_directives.findings(_unnamed(directives.errors, lambda e: e.text, findings),
                                                directives.standards))
     _merge(findings, device_links.findings(linked))
+    _merge(findings, compile_errors.findings(_unnamed(builds.errors, lambda e: e.text, findings)))
+    _merge(findings, conversion.findings(unmapped))
     _merge(findings, none_sections.findings(unset.errors))
     _merge(findings, name_errors.findings(_unnamed(undefined.errors, lambda e: e.text, findings)))
     _upstream(raised, findings)
     _sizes(sizes, findings)  # after the upstream lookup: a check it names gets the values that would divide
+    _limits(limits, findings)  # after the native and upstream checks: one of them gets the quantity and its field
     _attribute_errors(missing_attrs, findings)
     _import_errors(failed_imports, findings)
     _static_asserts(compiled, findings)
@@ -285,6 +296,15 @@ def _sizes(sizes: divisibility.Divisibility, findings: dict[str, Finding]) -> No
         mine = [s for s in sizes.lines if any(s.text[:120] in line for line in f.evidence)]
         f.detail += [d for d in divisibility.details(mine) if d not in f.detail]
     _merge(findings, divisibility.findings(_unnamed(sizes.lines, lambda s: s.text, findings)))
+
+
+def _limits(limits: kernel_limits.KernelLimits, findings: dict[str, Finding]) -> None:
+    """A value outside what a kernel was built for: the quantity and the config field that sets it, beside the check
+    another reader named from the same line (a native check), else as a finding of its own."""
+    for f in findings.values():
+        mine = [s for s in limits.lines if any(s.text[:120] in line for line in f.evidence)]
+        f.detail += [d for d in kernel_limits.details(mine) if d not in f.detail]
+    _merge(findings, kernel_limits.findings(_unnamed(limits.lines, lambda s: s.text, findings)))
 
 
 def _static_asserts(compiled: static_asserts.StaticAsserts, findings: dict[str, Finding]) -> None:

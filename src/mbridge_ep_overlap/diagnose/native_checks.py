@@ -101,7 +101,7 @@ _QUOTE_HEAD = re.compile(r"Failed: (?:Assertion|CUDA) error " + _SOURCE + r":\d{
 _QUOTE_TAIL = re.compile(r"^\s*'.*'\s*$")
 _WRAPPED_ASSERT = re.compile(r"^\s*(?:[^`]+?:\s+)?Assertion `.+' failed\.")
 """A C ``assert`` message whose ``FILE:LINE:`` a log wrapped onto the line before it."""
-_UNREACHABLE = re.compile(r'^false\s*(?:and|&&)\s*"(.*)"$')
+_UNREACHABLE = re.compile(r'^false\s*(?:and|&&)\s*"?(.*?)"?$')
 """``EP_HOST_ASSERT(false and "Unsupported RDMA ranks")``: a branch the code does not support."""
 _FAILED_CALL = re.compile(r"^(CUDA|cuBLAS|cuDNN|NVRTC|cuBLASMp|MPI) [Ee]rror: ")
 _COND_AND_MESSAGE = re.compile(r'^(?P<cond>.+?)\s+(?:and|&&)\s*"(?P<message>.*)"$', re.S)

@@ -43,7 +43,8 @@ FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "cra
             "native-check", "traceback", "attention-backend",
             "attribute-error", "py-spy", "launcher", "import-error", "runtime-error", "static-assert", "type-error",
             "passed-keyword", "extension-call", "error-directive", "device-link",
-            "none-section", "divisibility", "name-error")
+            "none-section", "divisibility", "name-error", "kernel-limit", "value-check", "header-api", "ptxas",
+            "conversion")
 
 
 @dataclass(frozen=True, kw_only=True)

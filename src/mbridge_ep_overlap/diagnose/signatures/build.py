@@ -291,3 +291,23 @@ DEVICE_LINK_ARCH = Signature(
     found_by="device-link", versions="nvcc's nvlink, CUDA 12 and 13 (default architecture sm_75)")
 
 SIGNATURES += (DEVICE_LINK_ARCH,)
+
+HEADER_API = Signature(
+    id="header-api", symptom="install", patterns=(),
+    cause="The compiler says code uses a name of a known library (CUTLASS, PyTorch, CCCL, NVSHMEM, ...) in a form its "
+          "headers on the include path do not have (too many template arguments, no such member): the code was written "
+          "against another release of that library than the build found.",
+    fix="build against the library release the project pins, or a release of the project written for the installed one",
+    source=f"installed:mbridge_ep_overlap/diagnose/compile_errors.py (nvcc's front-end errors; {TRIGGERED})",
+    emitted=(), confidence=0.65, found_by="header-api",
+    versions="nvcc's EDG front end (CUDA 12, 13) and GCC's wording")
+
+PTX_REJECTED = Signature(
+    id="ptxas", symptom="install", patterns=(),
+    cause="ptxas refused PTX (an instruction's arguments, a modifier or a feature the target lacks): inline PTX in the "
+          "source or a JIT compile's output written for another toolkit release or architecture.",
+    fix="the toolkit release the library supports, or a release of the library whose PTX builds with this one",
+    source=f"installed:mbridge_ep_overlap/diagnose/compile_errors.py (ptxas's error; {TRIGGERED})", emitted=(),
+    confidence=0.6, found_by="ptxas", versions="ptxas of CUDA 12 and 13; a JIT compile's 'ptxas FILE: error:' form")
+
+SIGNATURES += (HEADER_API, PTX_REJECTED)

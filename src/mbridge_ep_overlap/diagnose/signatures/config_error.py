@@ -323,3 +323,53 @@ NAME_NOT_DEFINED = Signature(
     versions="55% with the raising frame in the log, 45% without")
 
 SIGNATURES += (NAME_NOT_DEFINED,)
+
+KERNEL_LIMIT = Signature(
+    id="kernel-limit", symptom="config-error", patterns=(),
+    cause="A kernel or library check says the run's value is outside what it was built for: 'Unsupported WHAT[: VALUE]' "
+          "(a type switch or a table of tuned sizes without this one), or a condition against a compile-time maximum "
+          "('num_topk <= kNumMaxTopK'). The quantity is read from the check's words and named with the config field "
+          "that sets it.",
+    fix="a value of that field the library supports, or a release (or build) of the library that supports the run's",
+    source="installed:mbridge_ep_overlap/diagnose/kernel_limits.py (the forms DeepEP's EP_HOST_ASSERT and its Python "
+           "asserts print, read in its test)", emitted=(), confidence=0.6, found_by="kernel-limit",
+    versions="any library's 'Unsupported ...' / '<= kMax...' check")
+
+VALUE_MISMATCH = Signature(
+    id="value-mismatch", symptom="config-error", patterns=(),
+    cause="A check of two values that must be equal failed and printed both ('A == B (a vs. b)', TORCH_CHECK_EQ's "
+          "form): the caller passed a tensor whose size or layout the callee does not take.",
+    fix="make the side named first match the second; caller and callee from releases that agree on the layout",
+    source="installed:mbridge_ep_overlap/diagnose/kernel_limits.py (TORCH_CHECK_EQ's 'a == b (x vs. y)' form, read in "
+           "its test)", emitted=(), confidence=0.5, found_by="value-check",
+    versions="any check printed in TORCH_CHECK_EQ's form")
+
+SIGNATURES += (KERNEL_LIMIT, VALUE_MISMATCH)
+
+UNMAPPED_PARAMS = Signature(
+    id="conversion-unmapped", symptom="config-error", patterns=(),
+    cause="Exporting to Hugging Face, Megatron-Bridge's model bridge found no mapping for some Megatron parameters "
+          "('No mapping found for megatron_param: NAME'): they are counted by module and by part (MTP layers, a "
+          "distillation teacher, adapters) and are not written.",
+    fix="export what the Hugging Face architecture has: the student without its teacher, MTP with a bridge that maps "
+        "it, merged adapters; or a bridge release that maps the modules",
+    source="installed:megatron/bridge/models/conversion/model_bridge.py (its 'No mapping found for megatron_param' "
+           "warning)", emitted=(), confidence=0.6, found_by="conversion",
+    versions="Megatron-Bridge 0.6.2 and the releases that print the same warning")
+
+EXPORT_SHARDS_INCOMPLETE = Signature(
+    id="export-shards-incomplete", symptom="config-error",
+    patterns=(r"tensors were yielded but not saved because their corresponding file shards? were incomplete",
+              r"tensors from the original checkpoint were not written"),
+    cause="The Hugging Face export writes into the shard layout of the reference checkpoint it was given (its "
+          "model.safetensors.index.json); tensors of that reference that the exported model never produces leave "
+          "their shards incomplete, and an incomplete shard is not written: the trained model's architecture (layers, "
+          "hidden size, MoE layout, vocabulary) differs from the reference checkpoint's.",
+    fix="export against a Hugging Face config / checkpoint of the same architecture as the trained model (a reference "
+        "whose tensors the model produces), or pass strict=False to write the partial checkpoint knowingly",
+    source="installed:megatron/bridge/models/hf_pretrained/state.py",
+    emitted=("Warning: 1481 tensors were yielded but not saved because their corresponding file shards were incomplete.",
+             "Error: 91991 tensors from the original checkpoint were not written. See warnings above for details."),
+    confidence=0.7, versions="'file shards were incomplete': Megatron-Bridge 0.6.2; 'file shard were': an older release")
+
+SIGNATURES += (UNMAPPED_PARAMS, EXPORT_SHARDS_INCOMPLETE)

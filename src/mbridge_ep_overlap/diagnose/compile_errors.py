@@ -1,0 +1,152 @@
+"""Two build failures read from the toolchain's own words: code written against another release of a library's
+headers than the build found, and inline PTX that this ptxas refuses.
+
+Contract
+--------
+``CompileErrors.feed(text, where)`` keeps (at most ``MAX_ERRORS``) each distinct
+
+- header-API error of nvcc's front end or GCC on a name of a known library's namespace (``NAMESPACES``: CUTLASS /
+  CuTe, PyTorch, CCCL, NVSHMEM, cuDNN frontend, Transformer Engine, DeepEP): ``too many / too few arguments for class
+  template "NS::X"``, ``namespace "NS" has no member "X"``, ``class "NS::X" has no member "Y"``, ``no instance of
+  overloaded function "NS::X" matches``, GCC's ``'X' is not a member of 'NS'`` and ``wrong number of template
+  arguments``;
+- ptxas error: ``ptxas FILE, line N; error   : MESSAGE`` / ``ptxas FILE: error: MESSAGE`` (a JIT compile's form),
+  with the instruction it names.
+
+``findings(errors)`` gives one ``header-api:LIBRARY`` finding per library (``HEADER_API``, ``signatures.build``:
+the code calls the library's NS::X in a form the headers on the include path do not have, so it was written for
+another release of them) and one ``ptxas:INSTRUCTION`` finding per instruction (``PTX_REJECTED``: inline or generated
+PTX that this ptxas does not accept for the target: written for another toolkit release or architecture). Never
+raises for what is in the lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from .report import Finding
+from .signatures.build import HEADER_API, PTX_REJECTED
+
+MAX_ERRORS = 8
+NAMESPACES = (("cutlass", "CUTLASS"), ("cute", "CUTLASS (CuTe)"), ("at", "PyTorch (ATen)"), ("c10", "PyTorch (c10)"),
+              ("torch", "PyTorch"), ("cub", "CCCL (CUB)"), ("thrust", "CCCL (Thrust)"), ("cuda", "CCCL (libcu++)"),
+              ("nvshmem", "NVSHMEM"), ("cudnn_frontend", "cuDNN frontend"), ("transformer_engine", "Transformer Engine"),
+              ("deep_ep", "DeepEP"), ("hybrid_ep", "DeepEP (HybridEP)"), ("pybind11", "pybind11"))
+"""(first namespace component, the library it belongs to)."""
+_Q = r"[\"'\u2018\u2019`]"
+HEADER_FORMS = (
+    re.compile(r"error: too (?P<how>many|few) arguments for (?:class|function|alias|variable) template "
+               + _Q + r"(?P<name>[\w:<>, ]+?)" + _Q),
+    re.compile(r"error: namespace " + _Q + r"(?P<ns>[\w:]+)" + _Q + r" has no member " + _Q + r"(?P<member>\w+)" + _Q),
+    re.compile(r"error: class " + _Q + r"(?P<name>[\w:<>, ]+?)" + _Q + r" has no member " + _Q + r"(?P<member>\w+)" + _Q),
+    re.compile(r"error: no instance of (?:overloaded function|constructor|function template) " + _Q
+               + r"(?P<name>[\w:<>, ]+?)" + _Q + r" matches"),
+    re.compile(r"error: " + _Q + r"(?P<member>\w+)" + _Q + r" is not a member of " + _Q + r"(?P<ns>[\w:]+)" + _Q),
+    re.compile(r"error: wrong number of template arguments \((?P<given>\d+), should be (?:at least |at most )?"
+               r"(?P<wanted>\d+)\)"),
+)
+PTXAS = re.compile(r"\bptxas\b[^;:]*?(?:, line (?P<line>\d+))?\s*[;:]\s*error\s*:\s*(?P<message>.+)$")
+_INSTRUCTION = re.compile(r"instruction '(?P<ins>[\w.]+)'|Instruction '(?P<ins2>[\w.]+)'|Feature '(?P<feat>[^']+)'")
+_TEMPLATE_NAME = re.compile(r"(?P<name>[A-Za-z_]\w*(?:::\w+)+)\s*<")
+_PENDING_LINES = 3
+"""GCC prints a template-count error's template on the lines after it (the source line, ``note: provided for``)."""
+
+
+@dataclass(frozen=True)
+class CompileError:
+    kind: str
+    """``header`` or ``ptxas``."""
+    where: str
+    text: str
+    library: str = ""
+    name: str = ""
+    """NS::X (header), the instruction or feature (ptxas)."""
+    message: str = ""
+
+
+def _library(name: str) -> str:
+    head = name.strip(":").split("::")[0]
+    return next((lib for ns, lib in NAMESPACES if head == ns), "")
+
+
+class CompileErrors:
+    def __init__(self) -> None:
+        self.errors: list[CompileError] = []
+        self._pending: tuple[str, str, str] | None = None
+        """(where, text, message) of a template-count error whose template is named on a later line."""
+        self._pending_left = 0
+
+    def feed(self, text: str, where: str) -> None:
+        if len(self.errors) >= MAX_ERRORS:
+            return
+        if self._pending is not None:
+            if (m := _TEMPLATE_NAME.search(text)) is not None and _library(m["name"]):
+                at, line, message = self._pending
+                self._add(CompileError("header", at, line, library=_library(m["name"]), name=m["name"], message=message))
+                self._pending = None
+            else:
+                self._pending_left -= 1
+                if self._pending_left <= 0:
+                    self._pending = None
+        error = self._read(text.strip()[:500], where)
+        if error is not None:
+            self._add(error)
+
+    def _add(self, error: CompileError) -> None:
+        if all((e.kind, e.library, e.name) != (error.kind, error.library, error.name) for e in self.errors):
+            self.errors.append(error)
+
+    def _read(self, text: str, where: str) -> CompileError | None:
+        if "error" not in text:
+            return None
+        if (m := PTXAS.search(text)) is not None:
+            i = _INSTRUCTION.search(m["message"])
+            name = (i["ins"] or i["ins2"] or i["feat"]) if i else ""
+            return CompileError("ptxas", where, text, name=name, message=m["message"].strip())
+        for form in HEADER_FORMS:
+            if (m := form.search(text)) is None:
+                continue
+            groups = m.groupdict()
+            if groups.get("given"):
+                self._pending, self._pending_left = (where, text, text[m.start():].removeprefix("error: ")), _PENDING_LINES
+                return None
+            name = groups.get("name") or f"{groups.get('ns')}::{groups.get('member')}"
+            library = _library(name)
+            if library:
+                return CompileError("header", where, text, library=library, name=name.split("<")[0].strip(),
+                                    message=text[m.start():].removeprefix("error: ")[:200])
+        return None
+
+    def finish(self) -> None:
+        self._pending = None
+
+
+def findings(errors: list[CompileError]) -> list[Finding]:
+    out: dict[str, Finding] = {}
+    for e in errors:
+        if e.kind == "header":
+            key = f"{HEADER_API.id}:{re.sub(r'[^a-z0-9]+', '-', e.library.lower()).strip('-')}"
+            if key not in out:
+                cause = (f"The code being compiled uses {e.library}'s {e.name} in a form the {e.library} headers this "
+                         f"build found do not have ({e.message}): it was written against another release of "
+                         f"{e.library} than the one on the include path.")
+                fix = (f"build against the {e.library} release the project pins (its submodule, requirements or "
+                       f"container), or use a release of the project written for the {e.library} installed; the "
+                       "include path of the failing command shows which headers were found")
+                out[key] = Finding(dataclasses.replace(HEADER_API, id=key, cause=cause, fix=fix))
+            out[key].add(f"{e.where}: {e.text}")
+            continue
+        key = f"{PTX_REJECTED.id}:{e.name or 'ptx'}"
+        if key not in out:
+            what = f"'{e.name}'" if e.name else "its PTX"
+            cause = (f"ptxas refused {what} ({e.message}): PTX written inline in the source (asm volatile) or generated "
+                     "by a JIT compile that this CUDA toolkit's ptxas does not accept for the target architecture; the "
+                     "code was written for another toolkit release or another architecture.")
+            fix = ("use the CUDA toolkit release the library supports for this GPU, or a release of the library whose PTX "
+                   "builds with this one (the instruction and line ptxas names locate it); for 'requires .target sm_NN', "
+                   "build only for architectures from sm_NN on")
+            out[key] = Finding(dataclasses.replace(PTX_REJECTED, id=key, cause=cause, fix=fix))
+        out[key].add(f"{e.where}: {e.text}")
+    return list(out.values())

@@ -1,0 +1,155 @@
+"""Checks that name a value outside what a kernel was built for (diagnose.kernel_limits), build errors of code written
+for another release of a library's headers or of the toolkit (diagnose.compile_errors), and Megatron-Bridge's Hugging
+Face export warnings (diagnose.conversion). The compiler texts are made here by nvcc / ptxas / g++ where installed and
+read from their recorded copies (``fixtures/compile_texts``) everywhere; the export warnings are the installed
+Megatron-Bridge's own format strings."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mbridge_ep_overlap.diagnose import compile_errors, conversion, kernel_limits
+from mbridge_ep_overlap.diagnose.engine import diagnose
+
+TEXTS = Path(__file__).parent / "fixtures" / "compile_texts"
+CUTLASS_TEMPLATE = """namespace cutlass { namespace arch {
+enum class CacheOperation { Always, LastUse };
+template <typename AccessType, int LoadBytes> struct global_load {
+  __device__ global_load(AccessType &D, void const *ptr, bool pred_guard) {}
+};
+} }
+__global__ void permute(float4 *out, const float4 *in) {
+  cutlass::arch::global_load<float4, sizeof(float4), cutlass::arch::CacheOperation::LastUse>(out[0], in, true);
+}
+"""
+BAD_MOV = """.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry k(.param .u64 p)
+{
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<2>;
+  mov.b32 %r1, %rd1;
+  ret;
+}
+"""
+
+
+def run(text: str):
+    return diagnose(["-"], stdin=io.BytesIO(text.encode()))
+
+
+def _tool(command: list[str], source: str, name: str, tmp_path: Path) -> str:
+    if shutil.which(command[0]) is None:
+        pytest.skip(f"no {command[0]} here")
+    (tmp_path / name).write_text(source)
+    done = subprocess.run(command + [name], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    return done.stdout + done.stderr
+
+
+# ---- compile errors -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text", [
+    pytest.param(lambda tmp: _tool(["nvcc", "-c", "-o", "k.o"], CUTLASS_TEMPLATE, "k.cu", tmp), id="nvcc-here"),
+    pytest.param(lambda tmp: (TEXTS / "nvcc_cutlass_template.txt").read_text(), id="nvcc-recorded"),
+    pytest.param(lambda tmp: _tool(["g++", "-fsyntax-only", "-x", "c++"], CUTLASS_TEMPLATE.replace("__device__ ", "")
+                                   .replace("__global__ ", "").replace("float4", "int"), "k.cpp", tmp), id="gcc-here"),
+])
+def test_a_call_written_for_another_cutlass_is_named_by_the_library(text, tmp_path):
+    d = run(text(tmp_path))
+    assert d.cause_ids[0] == "header-api:cutlass", d.cause_ids
+    top = d.findings[0]
+    assert "cutlass::arch::global_load" in top.signature.cause and "another release of CUTLASS" in top.signature.cause
+    assert "release the project pins" in top.signature.fix
+
+
+def test_an_unknown_namespace_is_not_called_a_library_mismatch(tmp_path):
+    text = (TEXTS / "nvcc_cutlass_template.txt").read_text().replace("cutlass::", "mylib::")
+    assert not [c for c in run(text).cause_ids if c.startswith("header-api")]
+
+
+@pytest.mark.parametrize("text", [
+    pytest.param(lambda tmp: _tool(["ptxas", "-arch=sm_90", "-o", "k.cubin"], BAD_MOV, "k.ptx", tmp), id="ptxas-here"),
+    pytest.param(lambda tmp: (TEXTS / "ptxas_mov.txt").read_text(), id="ptxas-recorded"),
+    pytest.param(lambda tmp: "NVCC compilation failed: ptxas kernel.ptx: error: Arguments mismatch for instruction 'mov'",
+                 id="jit-form"),
+])
+def test_ptx_that_ptxas_refuses_is_named_with_its_instruction(text, tmp_path):
+    d = run(text(tmp_path))
+    assert d.cause_ids[0] == "ptxas:mov", d.cause_ids
+    assert "inline" in d.findings[0].signature.cause and "toolkit" in d.findings[0].signature.fix
+
+
+# ---- kernel limits --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("line", "cause_id", "field"), [
+    ("AssertionError: Unsupported number of EP ranks: 12", "kernel-limit:ep-ranks", "expert_model_parallel_size"),
+    ("EP_HOST_ASSERT(num_topk <= kNumMaxTopK)", "kernel-limit:num-topk", "moe_router_topk"),
+    ("Unsupported hidden", "kernel-limit:hidden", "hidden_size"),
+    ("RuntimeError: Assertion `num_experts < NUM_MAX_LOCAL_EXPERTS' failed", "kernel-limit:num-experts", "num_moe_experts"),
+    ("expert_indices.size(1) == args->top_k (1 vs. 6) : expert_indices dim1 must match top_k.",
+     "value-mismatch:expert-indices-size-1", "moe_router_topk"),
+])
+def test_a_kernel_limit_is_named_with_the_field_that_sets_it(line, cause_id, field):
+    d = run(line + "\n")
+    assert d.cause_ids[0] == cause_id, d.cause_ids
+    assert field in d.findings[0].signature.cause + d.findings[0].signature.fix
+
+
+def test_a_native_check_reaching_an_unsupported_case_gets_the_quantity_beside_it():
+    d = run("RuntimeError: Failed: Assertion error /build/DeepEP/csrc/kernels/intranode.cu:926 'false and Unsupported type'\n")
+    top = d.findings[0]
+    assert d.cause_ids[0] == "native-check:deep-ep:csrc/kernels/intranode.cu:926"
+    assert "it reached one it does not: Unsupported type" in top.signature.cause
+    assert any(x.startswith("limit:") and "dtype" in x for x in top.detail)
+    assert len([c for c in d.cause_ids if c.startswith("kernel-limit")]) == 0  # the same line: one finding
+
+
+@pytest.mark.parametrize("line", [
+    "TypeError: unsupported operand type(s) for +: 'int' and 'str'",
+    "cudaErrorStreamCaptureUnsupported: operation not permitted when stream is capturing",
+    "assert x == y",  # no values printed
+    " [iteration 10] loss 2.5 < 3.0",  # a comparison outside an assertion
+    "CHECK(a == b (3 vs. 3))",  # equal values: no mismatch
+])
+def test_lines_that_only_look_like_limits_are_not(line):
+    assert kernel_limits.read(line) is None
+
+
+# ---- the Hugging Face export ----------------------------------------------------------------------------------
+def _mb_warning(name: str) -> str:
+    """The installed Megatron-Bridge's warning, from its own format string."""
+    src = (Path(__import__("megatron.bridge").bridge.__file__).parent / "models/conversion/model_bridge.py").read_text()
+    assert 'logger.warning(f"WARNING: No mapping found for megatron_param: {global_name}")' in src
+    return f"WARNING:megatron.bridge.models.conversion.model_bridge:WARNING: No mapping found for megatron_param: {name}"
+
+
+def test_unmapped_export_parameters_are_counted_by_part_and_module():
+    names = [f"mtp.layers.0.transformer_layer.mlp.experts.local_experts.{e}.linear_fc1.weight" for e in range(8)] + \
+            [f"_teacher_model.decoder.layers.{i}.self_attention.linear_qkv.weight" for i in range(3)] + \
+            ["decoder.layers.1.mlp.router.expert_bias"]
+    d = run("\n".join(_mb_warning(n) for n in names) + "\n")
+    assert d.cause_ids[0] == "conversion-unmapped"
+    top = d.findings[0]
+    assert "12 Megatron parameter(s)" in top.signature.cause
+    for said in ("8 under mtp.* (the multi-token-prediction (MTP) layers)", "3 under _teacher_model.* (a distillation "
+                 "teacher)", "1 elsewhere in the model"):
+        assert said in top.signature.cause
+    assert "unmapped: mtp.layers.*.transformer_layer.mlp.experts.local_experts.*.linear_fc1 (8 parameter(s))" in top.detail
+    assert "unwrap the distillation model" in top.signature.fix and "MTP weights" in top.signature.fix
+
+
+def test_module_of_replaces_numbers_and_drops_the_parameter_name():
+    assert conversion.module_of("decoder.layers.23.mlp.experts.local_experts.27.linear_fc1.bias") == \
+        "decoder.layers.*.mlp.experts.local_experts.*.linear_fc1"
+
+
+def test_compile_errors_keep_one_finding_per_library():
+    r = compile_errors.CompileErrors()
+    for i in range(5):
+        r.feed(f'k.cu({i}): error: namespace "cute" has no member "TMA_{i}"', f"log:{i}")
+    found = compile_errors.findings(r.errors)
+    assert [f.signature.id for f in found] == ["header-api:cutlass-cute"] and len(found[0].evidence) == 5
