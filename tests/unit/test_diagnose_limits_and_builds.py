@@ -99,6 +99,16 @@ def test_a_kernel_limit_is_named_with_the_field_that_sets_it(line, cause_id, fie
     assert field in d.findings[0].signature.cause + d.findings[0].signature.fix
 
 
+@pytest.mark.parametrize("line", ["EP_HOST_ASSERT(topk_idx_ptr != 0)", "assert 'x_ptr != 0 && topk_idx_ptr != 0'",
+                                  "RuntimeError: Failed: Assertion error csrc/deep_ep.cpp:301 'x.data_ptr() != nullptr'"])
+def test_a_null_pointer_check_is_named_as_an_empty_tensor(line):
+    d = run(line + "\n")
+    ids = d.cause_ids
+    top = next(f for f in d.findings if f.signature.id.startswith("null-tensor") or any("null" in x for x in f.detail))
+    assert ids, line
+    assert "zero tokens" in top.signature.cause + " ".join(top.detail)
+
+
 def test_a_native_check_reaching_an_unsupported_case_gets_the_quantity_beside_it():
     d = run("RuntimeError: Failed: Assertion error /build/DeepEP/csrc/kernels/intranode.cu:926 'false and Unsupported type'\n")
     top = d.findings[0]
@@ -153,3 +163,22 @@ def test_compile_errors_keep_one_finding_per_library():
         r.feed(f'k.cu({i}): error: namespace "cute" has no member "TMA_{i}"', f"log:{i}")
     found = compile_errors.findings(r.errors)
     assert [f.signature.id for f in found] == ["header-api:cutlass-cute"] and len(found[0].evidence) == 5
+
+
+# ---- a norm that differs between ranks ------------------------------------------------------------------------
+def test_a_grad_norm_that_differs_between_ranks_is_named_with_the_values():
+    d = run("rank 0: total_norm=40.199502  dense_grad_after_clip=2.487593e-02\n"
+            "rank 1: total_norm=4.019950   dense_grad_after_clip=2.487592e-01\n")
+    assert d.cause_ids[0] == "grad-norm-differs-across-ranks"
+    assert "rank 0 / rank 1 = 10x" in " ".join(d.findings[0].detail)
+    assert "EP" in d.findings[0].signature.cause
+
+
+def test_rank_prefixed_norms_are_compared_and_equal_ones_are_not_a_finding(tmp_path):
+    line = " [2026-12-04 10:00:00] iteration        1/      10 | lm loss: 1.05E+01 | grad norm: {} |"
+    differ = f"[rank0]:{line.format('12.500')}\n[rank1]:{line.format('3.100')}\n"
+    assert "grad-norm-differs-across-ranks" in run(differ).cause_ids
+    same = f"[rank0]:{line.format('12.500')}\n[rank1]:{line.format('12.500')}\n"
+    assert "grad-norm-differs-across-ranks" not in run(same).cause_ids
+    one = f"{line.format('12.500')}\n{line.format('3.100')}\n"  # one rank's log: a norm that changes over time
+    assert "grad-norm-differs-across-ranks" not in run(one).cause_ids

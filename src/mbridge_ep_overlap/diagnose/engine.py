@@ -57,7 +57,7 @@ from typing import BinaryIO
 
 from ..base import run_files
 from . import (attention_backends, attribute_errors, collective_stacks, compile_errors, conversion, crashes, device_links,
-               divisibility, kernel_limits,
+               divisibility, kernel_limits, rank_norms,
                error_directives, extension_calls, flight_recorder, import_errors, launcher, memory, name_errors,
                native_checks, none_sections, passed_keywords, prediction, pyspy, runtime_errors, schedule,
                static_asserts, timeouts, type_errors, upstream_checks, upstream_fallbacks)
@@ -113,6 +113,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     limits = kernel_limits.KernelLimits()
     builds = compile_errors.CompileErrors()
     unmapped = conversion.Unmapped()
+    ranked_norms = rank_norms.RankNorms()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -153,6 +154,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             limits.feed(text, where)
             builds.feed(text, where)
             unmapped.feed(text, where)
+            ranked_norms.feed(text, where, rank or src.rank)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -190,6 +192,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _merge(findings, device_links.findings(linked))
     _merge(findings, compile_errors.findings(_unnamed(builds.errors, lambda e: e.text, findings)))
     _merge(findings, conversion.findings(unmapped))
+    _merge(findings, rank_norms.findings(ranked_norms))
     _merge(findings, none_sections.findings(unset.errors))
     _merge(findings, name_errors.findings(_unnamed(undefined.errors, lambda e: e.text, findings)))
     _upstream(raised, findings)

@@ -11,10 +11,13 @@ Contract
   against a compile-time maximum: ``NAME <= kNumMaxTopK`` / ``NAME < NUM_MAX_PEERS`` (a ``k``-prefixed or upper-case
   constant);
 - an equality check printed with both values, ``A == B (a vs. b)`` (``TORCH_CHECK_EQ`` and the checks written like
-  it).
+  it);
+- an assertion that a pointer is not null, ``NAME_ptr != 0`` / ``NAME != nullptr`` (DeepEP's
+  ``EP_HOST_ASSERT(topk_idx_ptr != 0)``): a tensor without storage reached the kernel - an empty tensor (a rank
+  with zero tokens has a ``[0, k]`` tensor whose data pointer is 0) or one never allocated.
 
-``findings(lines)`` gives one finding per line from the ``KERNEL_LIMIT`` / ``VALUE_MISMATCH`` rows
-(``signatures.config_error``): ``kernel-limit:WHAT`` / ``value-mismatch:NAME``, the quantity, the value found when
+``findings(lines)`` gives one finding per line from the ``KERNEL_LIMIT`` / ``VALUE_MISMATCH`` / ``NULL_TENSOR`` rows
+(``signatures.config_error``): ``kernel-limit:WHAT`` / ``value-mismatch:NAME`` / ``null-tensor:NAME``, the quantity, the value found when
 the line prints it, the limit or the value required, and the config field that sets the quantity when its words name
 one (``QUANTITIES``: EP ranks -> ``expert_model_parallel_size``, top-k -> ``moe_router_topk``, hidden ->
 ``hidden_size``, ...). ``details(lines)``: the same as one line each, for a finding another reader made of the same
@@ -28,7 +31,7 @@ import re
 from dataclasses import dataclass
 
 from .report import Finding
-from .signatures.config_error import KERNEL_LIMIT, VALUE_MISMATCH
+from .signatures.config_error import KERNEL_LIMIT, NULL_TENSOR, VALUE_MISMATCH
 
 MAX_LINES = 6
 UNSUPPORTED = re.compile(r"(?<![\w])Unsupported (?P<what>(?:number of )?[A-Za-z][\w-]*(?: [A-Za-z][\w-]*){0,3}?)"
@@ -38,6 +41,7 @@ LIMIT = re.compile(r"(?P<name>[A-Za-z_][\w.]*(?:->\w+)?(?:\(\d*\))?)\s*(?P<op><=
                    r"(?P<limit>k[A-Z]\w*|[A-Z][A-Z0-9]*_[A-Z0-9_]+)\b")
 MISMATCH = re.compile(r"(?P<a>[A-Za-z_][\w.\[\]]*(?:->\w+)?(?:\(\d*\))?)\s*==\s*(?P<b>[A-Za-z_][\w.\[\]]*(?:->\w+)?"
                       r"(?:\(\d*\))?)\s*\((?P<x>[^()\s]{1,40}) vs\.? (?P<y>[^()\s]{1,40})\)")
+NULL = re.compile(r"(?P<name>[A-Za-z_][\w.]*(?:\(\))?)\s*!=\s*(?:0|nullptr|NULL)(?![\w.])")
 QUANTITIES = (
     (re.compile(r"rdma[ _]ranks|\bnodes?\b"), "RDMA ranks (nodes)",
      "the number of nodes the EP group spans (expert_model_parallel_size / GPUs per node)"),
@@ -58,7 +62,7 @@ class LimitLine:
     where: str
     text: str
     form: str
-    """``unsupported``, ``limit`` or ``mismatch``."""
+    """``unsupported``, ``limit``, ``mismatch`` or ``null``."""
     what: str
     value: str = ""
     """The value found, where the line prints it."""
@@ -86,7 +90,7 @@ class KernelLimits:
         self.lines: list[LimitLine] = []
 
     def feed(self, text: str, where: str) -> None:
-        if len(self.lines) >= MAX_LINES or ("Unsupported" not in text and "==" not in text and "<" not in text):
+        if len(self.lines) >= MAX_LINES or ("Unsupported" not in text and "=" not in text and "<" not in text):
             return
         line = read(text.strip()[:400], where)
         if line is not None and all((o.form, o.what, o.value) != (line.form, line.what, line.value) for o in self.lines):
@@ -104,11 +108,15 @@ def read(text: str, where: str = "") -> LimitLine | None:
         return LimitLine(where, text, "mismatch", m["a"], m["x"], m["y"], m["b"])
     if ASSERTING.search(text) and (m := LIMIT.search(text)) is not None:
         return LimitLine(where, text, "limit", m["name"], "", f"{m['op']} {m['limit']}")
+    if ASSERTING.search(text):
+        names = [m["name"] for m in NULL.finditer(text)]
+        if names:
+            return LimitLine(where, text, "null", names[-1], "", "", " and ".join(names[:-1]))
     return None
 
 
 def _field(s: LimitLine) -> str:
-    q = s.quantity
+    q = s.quantity if s.form != "null" else None
     return f"; {q[0]} is set by {q[1]}" if q else ""
 
 
@@ -122,6 +130,10 @@ def _say(s: LimitLine) -> str:
                 + ": it is built or tuned for a fixed set of values and the run's is not one of them")
     if s.form == "limit":
         return f"{s.what} must be {s.required}, a maximum fixed when the kernel was compiled"
+    if s.form == "null":
+        both = f"{s.other} and {s.what}" if s.other else s.what
+        return (f"{both} must not be null: a tensor without storage reached the kernel - an empty tensor (a rank with "
+                "zero tokens passes a [0, k] tensor whose data pointer is 0) or one never allocated")
     return f"{s.what} is {s.value} where {s.other} is {s.required}: the two must be equal"
 
 
@@ -131,6 +143,10 @@ def _fix(s: LimitLine) -> str:
     if s.form == "unsupported":
         return (f"set {field} to a value the library supports (its source lists them beside the check), or use a "
                 f"release that adds {s.value or 'this ' + s.what}")
+    if s.form == "null":
+        return ("skip the call (or pass a one-row placeholder) on a rank that has no tokens, or use a release of the "
+                "caller / kernel that handles zero tokens; with uneven routing or data-parallel attention some ranks "
+                "get none in a batch")
     if s.form == "limit":
         return (f"keep {field} within the kernel's {s.required.split()[-1]}, or use a build of the library whose "
                 f"{s.required.split()[-1]} is larger (it is a compile-time constant)")
@@ -142,9 +158,10 @@ def _fix(s: LimitLine) -> str:
 def findings(lines: list[LimitLine]) -> list[Finding]:
     out = []
     for s in lines:
-        row = VALUE_MISMATCH if s.form == "mismatch" else KERNEL_LIMIT
+        row = {"mismatch": VALUE_MISMATCH, "null": NULL_TENSOR}.get(s.form, KERNEL_LIMIT)
         cause = {"unsupported": "A value outside what the library was built for", "limit": "A compile-time limit of a "
-                 "kernel exceeded", "mismatch": "A check of two values that must match failed"}[s.form]
+                 "kernel exceeded", "mismatch": "A check of two values that must match failed",
+                 "null": "A null-pointer check of a kernel failed"}[s.form]
         sig = dataclasses.replace(row, id=f"{row.id}:{s.slug}", cause=f"{cause}: {_say(s)}{_field(s)}.", fix=_fix(s))
         f = Finding(sig)
         f.add(f"{s.where}: {s.text}")

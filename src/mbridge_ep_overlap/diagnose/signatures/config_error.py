@@ -344,7 +344,16 @@ VALUE_MISMATCH = Signature(
            "its test)", emitted=(), confidence=0.5, found_by="value-check",
     versions="any check printed in TORCH_CHECK_EQ's form")
 
-SIGNATURES += (KERNEL_LIMIT, VALUE_MISMATCH)
+NULL_TENSOR = Signature(
+    id="null-tensor", symptom="config-error", patterns=(),
+    cause="A kernel's check that a pointer is not null failed ('topk_idx_ptr != 0'): a tensor without storage reached "
+          "it - an empty tensor (a rank that received zero tokens passes a [0, k] tensor whose data pointer is 0) or a "
+          "tensor never allocated.",
+    fix="skip the call or pass a placeholder on a rank with no tokens, or a release that handles zero tokens",
+    source="installed:mbridge_ep_overlap/diagnose/kernel_limits.py (DeepEP's EP_HOST_ASSERT form, read in its test)",
+    emitted=(), confidence=0.55, found_by="kernel-limit", versions="any library's '..._ptr != 0' / '!= nullptr' check")
+
+SIGNATURES += (KERNEL_LIMIT, VALUE_MISMATCH, NULL_TENSOR)
 
 UNMAPPED_PARAMS = Signature(
     id="conversion-unmapped", symptom="config-error", patterns=(),

@@ -42,3 +42,17 @@ SIGNATURES = (
         cause="The loss rose far above its recent values: a loss spike.", fix=_FIX, source=_TRAIN,
         emitted=(" lm loss: 1.890000E+01 |",), confidence=0.5, found_by="numerics"),
 )
+
+GRAD_NORM_DIFFERS = Signature(
+    id="grad-norm-differs-across-ranks", symptom="numerics", patterns=(),
+    cause="Ranks print different values for the gradient norm that clipping uses, which must be one number for the "
+          "whole model: part of it was reduced over a smaller group than the parameters it clips - typically the "
+          "expert parameters' share, sharded over the EP axis and not all-reduced across it - so each EP (or data-"
+          "parallel) group clips the shared parameters by its own factor and the replicas drift apart silently.",
+    fix="reduce every parameter's share of the norm over the group that holds it (the EP group for experts) before "
+        "summing; in Megatron-Core the distributed optimizer's grad-norm all-reduce does this - a framework that "
+        "clips itself must add the EP all-reduce; compare the norm on every rank after the fix",
+    source="installed:mbridge_ep_overlap/diagnose/rank_norms.py (per-rank norm lines, read in its test)", emitted=(),
+    confidence=0.55, found_by="rank-norms", versions="any framework that prints the norm per rank")
+
+SIGNATURES += (GRAD_NORM_DIFFERS,)
