@@ -5,6 +5,7 @@ are not looked up; extension ABI errors, zero-token reshapes and MCore's NaN det
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import traceback
@@ -267,3 +268,18 @@ def test_an_error_printed_as_its_repr_inside_another_line_and_ray_repeats_are_re
 def test_a_repr_of_an_unrelated_error_names_no_check():
     assert not [f for f in run("RuntimeError('the weather station is offline today')\n").findings
                 if f.signature.id.startswith("upstream-check:")]
+
+
+def test_a_checked_size_computed_from_others_is_shown_as_the_installed_code_computes_it():
+    """MCore's expert-grid check tests one product; the finding says which sizes make it (the installed source's
+    assignment above the check), so the user sees that EP, ETP and PP together exceed the GPUs."""
+    d = diagnose(["-"], stdin=io.BytesIO(
+        b"RuntimeError: world_size (8) is not divisible by expert_tensor_model_pipeline_parallel size (16)\n"))
+    top = d.findings[0]
+    assert top.signature.id.startswith("upstream-check:megatron/core/parallel_state.py")
+    for factor in ("expert_tensor_parallel_size", "expert_model_parallel_size", "pipeline_model_parallel_size"):
+        assert factor in top.signature.cause
+    assert any(x.startswith("computed in the installed source as: expert_tensor_model_pipeline_parallel_size = ")
+               for x in top.detail)
+    check = next(c for c in upstream_source.checks() if c.where == top.signature.id.removeprefix("upstream-check:"))
+    assert upstream_source.operands(dataclasses.replace(check, condition="world_size > 0")) == ()  # a parameter

@@ -194,8 +194,9 @@ def _signature(e: RaisedError, match: upstream_source.Match):
     versions = ("the installed version (the message is in its source word for word)" if match.exact else
                 f"not the installed version: the message is not in its source word for word (reworded, or "
                 f"from another version); nearest check, {match.ratio:.0%} alike")
-    cause = f"The check at {c.where} requires {c.condition}" + ("." if match.exact else
-            " (the nearest check in the installed source: the run's version words it differently).")
+    computed = upstream_source.operands(c)
+    cause = f"The check at {c.where} requires {c.condition}" + (f", where {'; '.join(computed)}" if computed else "") + (
+        "." if match.exact else " (the nearest check in the installed source: the run's version words it differently).")
     fix = rule.fix if rule else f"change the configuration so that {c.condition} holds (the check at {c.where})"
     if c.kind == upstream_source.WARNED:
         version = upstream_source.installed_version(c.file)
@@ -214,7 +215,7 @@ def _signature(e: RaisedError, match: upstream_source.Match):
 def _detail(e: RaisedError, match: upstream_source.Match) -> list[str]:
     c = match.check
     out = [f"upstream check: {c.where} ({c.kind}): requires {c.condition}",
-           f"upstream message: {c.literal}"]
+           f"upstream message: {c.literal}"] + [f"computed in the installed source as: {x}" for x in upstream_source.operands(c)]
     if c.kind == upstream_source.WARNED:
         out[0] = f"upstream warning: {c.where} (warnings.warn): avoided when {c.condition}"
     if (frame := e.upstream_frame) is not None:

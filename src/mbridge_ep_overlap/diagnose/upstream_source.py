@@ -138,6 +138,35 @@ def parsed(rel: str) -> ast.AST | None:
 
 
 @functools.lru_cache(maxsize=None)
+def operands(check: Check) -> tuple[str, ...]:
+    """How the installed code computes the names a check's condition tests, where it computes them from others: each
+    ``NAME = EXPRESSION`` that last assigns a name of the condition above the check in its function, the expression
+    not a plain name or constant (``expert_tensor_model_pipeline_parallel_size = expert_tensor_parallel_size *
+    expert_model_parallel_size * ...``)."""
+    tree = parsed(check.file)
+    try:
+        tested = {n.id for n in ast.walk(ast.parse(check.condition, mode="eval")) if isinstance(n, ast.Name)}
+    except (SyntaxError, ValueError, RecursionError):
+        return ()
+    if tree is None or not tested:
+        return ()
+    scope = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  and n.lineno <= check.line <= (n.end_lineno or n.lineno)
+                  and not any(isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m is not n
+                              and m.lineno <= check.line <= (m.end_lineno or m.lineno) for m in ast.walk(n))), None)
+    if scope is None:
+        return ()
+    last: dict[str, ast.Assign] = {}
+    for node in ast.walk(scope):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id in tested and node.lineno < check.line
+                and (node.targets[0].id not in last or node.lineno > last[node.targets[0].id].lineno)):
+            last[node.targets[0].id] = node
+    return tuple(f"{name} = {' '.join(ast.unparse(a.value).split())}" for name, a in sorted(last.items())
+                 if not isinstance(a.value, (ast.Name, ast.Constant)))
+
+
+@functools.lru_cache(maxsize=None)
 def function_checks(rel: str, function: str) -> tuple[Check, ...]:
     """Every ``assert`` and ``raise`` in the functions named ``function`` of one installed file, a
     message without literal text (or none) kept as '(no literal text)': a traceback's innermost frame
