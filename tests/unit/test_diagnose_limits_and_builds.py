@@ -124,6 +124,7 @@ def test_a_native_check_reaching_an_unsupported_case_gets_the_quantity_beside_it
     "assert x == y",  # no values printed
     " [iteration 10] loss 2.5 < 3.0",  # a comparison outside an assertion
     "CHECK(a == b (3 vs. 3))",  # equal values: no mismatch
+    "    assert run.returncode != 0, run.describe_failure()",  # a return code is no pointer
 ])
 def test_lines_that_only_look_like_limits_are_not(line):
     assert kernel_limits.read(line) is None

@@ -41,7 +41,9 @@ LIMIT = re.compile(r"(?P<name>[A-Za-z_][\w.]*(?:->\w+)?(?:\(\d*\))?)\s*(?P<op><=
                    r"(?P<limit>k[A-Z]\w*|[A-Z][A-Z0-9]*_[A-Z0-9_]+)\b")
 MISMATCH = re.compile(r"(?P<a>[A-Za-z_][\w.\[\]]*(?:->\w+)?(?:\(\d*\))?)\s*==\s*(?P<b>[A-Za-z_][\w.\[\]]*(?:->\w+)?"
                       r"(?:\(\d*\))?)\s*\((?P<x>[^()\s]{1,40}) vs\.? (?P<y>[^()\s]{1,40})\)")
-NULL = re.compile(r"(?P<name>[A-Za-z_][\w.]*(?:\(\))?)\s*!=\s*(?:0|nullptr|NULL)(?![\w.])")
+NULL = re.compile(r"(?P<name>[A-Za-z_][\w.]*(?:\(\))?)\s*!=\s*(?:nullptr|NULL)(?![\w.])"
+                  r"|(?P<pname>[A-Za-z_][\w.]*ptr(?:\(\))?)\s*!=\s*0(?![\w.])")
+"""A pointer compared with nullptr / NULL, or a name ending in ``ptr`` with 0 (``returncode != 0`` is no pointer)."""
 QUANTITIES = (
     (re.compile(r"rdma[ _]ranks|\bnodes?\b"), "RDMA ranks (nodes)",
      "the number of nodes the EP group spans (expert_model_parallel_size / GPUs per node)"),
@@ -109,7 +111,7 @@ def read(text: str, where: str = "") -> LimitLine | None:
     if ASSERTING.search(text) and (m := LIMIT.search(text)) is not None:
         return LimitLine(where, text, "limit", m["name"], "", f"{m['op']} {m['limit']}")
     if ASSERTING.search(text):
-        names = [m["name"] for m in NULL.finditer(text)]
+        names = [m["name"] or m["pname"] for m in NULL.finditer(text)]
         if names:
             return LimitLine(where, text, "null", names[-1], "", "", " and ".join(names[:-1]))
     return None
