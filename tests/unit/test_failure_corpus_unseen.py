@@ -5,7 +5,8 @@ Each set is a separately collected group of real upstream failure reports, kept 
 from: ``failure_reports_unseen/`` (collected 2026-12-01), then ``failure_reports_unseen2/``,
 ``failure_reports_unseen3/``, ``failure_reports_unseen4/``, ``failure_reports_unseen5/`` and
 ``failure_reports_unseen6/`` (collected 2026-12-02), ``failure_reports_unseen7/``, ``failure_reports_unseen8/`` and
-``failure_reports_unseen9/`` (collected 2026-12-03), ``failure_reports_unseen10/`` (collected 2026-12-04). These tests check
+``failure_reports_unseen9/`` (collected 2026-12-03), ``failure_reports_unseen10/`` and ``failure_reports_unseen11/``
+(collected 2026-12-04). These tests check
 only the data: every file has exactly the corpus keys with the corpus types, is marked ``split: "unseen"``,
 points at the upstream thread its id names, repeats no report (id or thread) of the main corpus or of an
 earlier unseen set, and is listed in its folder's README table with the same class and recognisability;
@@ -40,12 +41,13 @@ UNSEEN_SETS = {
     "unseen8": FIXTURES / "failure_reports_unseen8",
     "unseen9": FIXTURES / "failure_reports_unseen9",
     "unseen10": FIXTURES / "failure_reports_unseen10",
+    "unseen11": FIXTURES / "failure_reports_unseen11",
 }
 MINIMUM_REPORTS = {"unseen": 15, "unseen2": 16, "unseen3": 18, "unseen4": 20, "unseen5": 20, "unseen6": 20, "unseen7": 20, "unseen8": 20,
-                   "unseen9": 20, "unseen10": 20}
-LABELLED_SETS = ("unseen2", "unseen3", "unseen4", "unseen5", "unseen6", "unseen7", "unseen8", "unseen9", "unseen10")
+                   "unseen9": 20, "unseen10": 20, "unseen11": 20}
+LABELLED_SETS = ("unseen2", "unseen3", "unseen4", "unseen5", "unseen6", "unseen7", "unseen8", "unseen9", "unseen10", "unseen11")
 """The sets whose ``labels.tsv`` has the before / after / hit columns."""
-BLIND_SETS = ("unseen4", "unseen5", "unseen6", "unseen7", "unseen8", "unseen9", "unseen10")
+BLIND_SETS = ("unseen4", "unseen5", "unseen6", "unseen7", "unseen8", "unseen9", "unseen10", "unseen11")
 """The sets whose before column was measured blind; their ``labels.tsv`` adds ``hit_before``."""
 
 KEYS = (
