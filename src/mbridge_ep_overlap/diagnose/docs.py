@@ -203,7 +203,10 @@ LABELLED_SETS = {
                             blind=True, read_from="2026-12-04"),
     "unseen11": LabelledSet("unseen11", "Eleventh set collected apart from the signatures",
                             "blind, on main f29344a (after the readers written from the tenth set), before the set was "
-                            "read; then the readers written from this set's misses were added",
+                            "read; then a package's version gate, a size one parallel split apart, a checkpoint's "
+                            "expert layout, a pickled class the installed release lacks, NCCL's duplicate GPU, the CUDA "
+                            "driver's out-of-memory and a wrapped torch-symbol import error were read, written from "
+                            "this set's misses",
                             blind=True, read_from="2026-12-04"),
 }
 

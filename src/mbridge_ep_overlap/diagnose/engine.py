@@ -57,7 +57,7 @@ from typing import BinaryIO
 
 from ..base import run_files
 from . import (attention_backends, attribute_errors, collective_stacks, compile_errors, conversion, crashes, device_links,
-               divisibility, kernel_limits, rank_norms,
+               divisibility, kernel_limits, mismatches, rank_norms,
                error_directives, extension_calls, flight_recorder, import_errors, launcher, memory, name_errors,
                native_checks, none_sections, passed_keywords, prediction, pyspy, runtime_errors, schedule,
                static_asserts, timeouts, type_errors, upstream_checks, upstream_fallbacks)
@@ -114,6 +114,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     builds = compile_errors.CompileErrors()
     unmapped = conversion.Unmapped()
     ranked_norms = rank_norms.RankNorms()
+    mismatched_sizes = mismatches.Mismatches()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -155,6 +156,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             builds.feed(text, where)
             unmapped.feed(text, where)
             ranked_norms.feed(text, where, rank or src.rank)
+            mismatched_sizes.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -172,6 +174,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
         unset.finish()
         undefined.finish()
         builds.finish()
+        mismatched_sizes.finish()
         if captured:
             crash_text[_crash_name(src)] = "\n".join(captured) + "\n"
     if ev.texts:
@@ -198,6 +201,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _upstream(raised, findings)
     _sizes(sizes, findings)  # after the upstream lookup: a check it names gets the values that would divide
     _limits(limits, findings)  # after the native and upstream checks: one of them gets the quantity and its field
+    _merge(findings, mismatches.findings(mismatched_sizes))
     _attribute_errors(missing_attrs, findings)
     _import_errors(failed_imports, findings)
     _static_asserts(compiled, findings)

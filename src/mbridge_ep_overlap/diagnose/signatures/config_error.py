@@ -382,3 +382,42 @@ EXPORT_SHARDS_INCOMPLETE = Signature(
     confidence=0.7, versions="'file shards were incomplete': Megatron-Bridge 0.6.2; 'file shard were': an older release")
 
 SIGNATURES += (UNMAPPED_PARAMS, EXPORT_SHARDS_INCOMPLETE)
+
+_MISMATCHES = "installed:mbridge_ep_overlap/diagnose/mismatches.py"
+VERSION_GATE = Signature(
+    id="version-gate", symptom="config-error", patterns=(),
+    cause="A package checked another's version and refused it ('Supported flash-attn versions are >= A, <= B. Found "
+          "C.', 'X maximum version A is supported', 'requires X >= A'): the installed version is outside the range "
+          "that release accepts.",
+    fix="install a version in the range, or a release of the checking package that accepts the installed one",
+    source=f"{_MISMATCHES} (the forms Transformer Engine's and Megatron's version checks print, read in its test)",
+    emitted=(), confidence=0.7, found_by="mismatch", versions="any package's version check in these forms")
+
+SHARDED_SIZE = Signature(
+    id="sharded-size", symptom="config-error", patterns=(),
+    cause="torch's 'The size of tensor a (X) must match the size of tensor b (Y)' where one size is a whole multiple k "
+          "of the other: one operand holds one of k shards of the other's - a parallel split (sequence parallelism "
+          "over TP, CP, EP) applied to one side only.",
+    fix="the code combining them must split the other operand the same way; confirm by running without the size-k "
+        "parallelism",
+    source=f"{_MISMATCHES} (torch's broadcasting error, raised in its test)", emitted=(), confidence=0.55,
+    found_by="mismatch", versions="torch 2.x")
+
+EXPERT_LAYOUT = Signature(
+    id="expert-layout", symptom="config-error", patterns=(),
+    cause="Missing / unexpected state-dict keys of MoE experts in different layouts (grouped experts.weight1, TE "
+          "grouped linear_fc1.weightN, per-expert local_experts.N): the checkpoint was saved with another expert layout "
+          "than the model now built.",
+    fix="build the model with the layout it was saved with, or convert the expert weights",
+    source=f"{_MISMATCHES} (Megatron-Core's expert module names, torch's load_state_dict message)", emitted=(),
+    confidence=0.7, found_by="mismatch", versions="Megatron-Core's GroupedMLP / TEGroupedMLP / SequentialMLP names")
+
+PICKLED_CLASS = Signature(
+    id="pickled-class", symptom="config-error", patterns=(),
+    cause="Unpickling failed with \"Can't get attribute 'NAME' on <module 'M'>\": the data was written by a release of "
+          "M that has NAME and read by one that does not (checked in the installed M).",
+    fix="load with the release that wrote it, or upgrade the loading side",
+    source=f"{_MISMATCHES} (pickle's error, raised in its test)", emitted=(), confidence=0.7, found_by="mismatch",
+    versions="Python's pickle")
+
+SIGNATURES += (VERSION_GATE, SHARDED_SIZE, EXPERT_LAYOUT, PICKLED_CLASS)

@@ -181,3 +181,18 @@ SIGNATURES += (
                  "the remote server shutdown or crash?"),
         confidence=0.4, generic=True, versions="torch 2.x"),
 )
+
+SIGNATURES += (
+    Signature(
+        id="nccl-duplicate-gpu", symptom="crash",
+        patterns=(r"Duplicate GPU detected : rank \d+ and rank \d+ both on CUDA device",),
+        cause="NCCL refused to build a communicator with two ranks on one GPU: more ranks were started per node than "
+              "it has visible GPUs (nproc_per_node / --ntasks-per-node above the GPUs, or CUDA_VISIBLE_DEVICES / "
+              "--gpus-per-task narrower than the launcher assumed), or the ranks do not pick their device from "
+              "LOCAL_RANK.",
+        fix="start one rank per visible GPU (nproc_per_node = GPUs per node; with Slurm, --ntasks-per-node and "
+            "--gpus-per-node agree) and set each rank's device from LOCAL_RANK (torch.cuda.set_device)",
+        source="installed:nvidia/nccl/lib/libnccl.so.2",
+        emitted=("Duplicate GPU detected : rank 7 and rank 0 both on CUDA device f000",),
+        confidence=0.9, versions="NCCL 2.x"),
+)

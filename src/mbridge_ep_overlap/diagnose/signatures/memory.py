@@ -31,3 +31,20 @@ SIGNATURES = (
                  "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",),
         confidence=0.9, versions="torch 2.x"),
 )
+
+SIGNATURES += (
+    Signature(
+        id="cuda-driver-out-of-memory", symptom="oom",
+        patterns=(r"CUresult error: 2 \(out of memory\)", r"CUDA_ERROR_OUT_OF_MEMORY"),
+        cause="The CUDA driver itself could not allocate GPU memory (CUresult 2, CUDA_ERROR_OUT_OF_MEMORY): a "
+              "cuMemCreate / cuMemAlloc outside PyTorch's caching allocator - a memory saver re-mapping released "
+              "memory, a dispatcher's or NCCL's buffers, a CUDA-graph pool - found the GPU full. In a colocated "
+              "training + inference setup the other engine's static reservation is the usual holder.",
+        fix="leave the allocation room: lower what else holds the GPU (an inference engine's static memory fraction, "
+            "DeepEP / HybridEP buffer sizes, NCCL buffers), or the training's own use (`mbridge-ep-overlap plan` "
+            "predicts it); nvidia-smi at the failure shows who holds the memory",
+        source="installed:nvidia/cu13/include/cuda.h (CUresult CUDA_ERROR_OUT_OF_MEMORY = 2)",
+        emitted=("[torch_memory_saver.cpp] CUresult error: 2 (out of memory) file=csrc/utils.h func=cu_mem_create "
+                 "line=187",),
+        confidence=0.8, versions="any CUDA driver API caller that prints the CUresult"),
+)
