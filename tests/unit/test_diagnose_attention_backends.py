@@ -285,3 +285,19 @@ def test_garbage_bytes_through_diagnose():
     blob = bytes(range(256)) * 8 + b"\nDisabling \nRunning with \xff\xfe backend\nSelected backend = (\n"
     d = diagnose(["-"], stdin=io.BytesIO(blob))
     assert not any(f.signature.id in IDS for f in d.findings)
+
+
+def test_reasons_logged_after_the_no_backend_error_explain_it():
+    """A pasted excerpt (or a log that prints the traceback first) gives TE's reasons after its ValueError."""
+    from mbridge_ep_overlap.diagnose.engine import diagnose as _diagnose
+
+    text = ("ValueError: No dot product attention backend is available for the provided inputs.\n"
+            "Disabling FusedAttention due to NVTE_FUSED_ATTN=0\n"
+            "       Disabling UnfusedDotProductAttention due to NVTE_UNFUSED_ATTN=0\n"
+            "       Disabling FlashAttention 2 as it does not support MLA.\n")
+    d = _diagnose(["-"], stdin=io.BytesIO(text.encode()))
+    top = d.findings[0]
+    assert top.signature.id == "te-no-attention-backend"
+    for said in ("FusedAttention: due to NVTE_FUSED_ATTN=0", "UnfusedDotProductAttention: due to NVTE_UNFUSED_ATTN=0",
+                 "FlashAttention 2: as it does not support MLA"):
+        assert said in top.signature.cause

@@ -389,3 +389,27 @@ def test_out_of_memory_says_fragmentation_or_use():
     assert "fragmentation" in words
     used = line.replace("16.20 GiB is reserved", "120.00 MiB is reserved")
     assert "memory really in use" in _detail(used, "cuda-out-of-memory")
+
+
+@pytest.mark.parametrize("lib", [lib for lib in LIBRARIES if lib.sonames], ids=lambda lib: lib.key)
+def test_cmake_find_library_missing_names_the_library(lib, tmp_path):
+    """CMake's own words when find_library(... REQUIRED) finds nothing (Transformer Engine's FindCUDNN.cmake form)."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("no cmake on this machine")
+    unversioned = lib.soname_example.rsplit(".so", 1)[0] + ".so"
+    name = unversioned.removeprefix("lib").removesuffix(".so") + "_not_here"
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(t NONE)\n"
+        f"find_library({lib.key.replace('-', '_')}_LIBRARY NAMES {name} {unversioned.replace('.so', '_not_here.so')} "
+        f"PATHS {tmp_path} NO_DEFAULT_PATH REQUIRED)\n")
+    done = subprocess.run([cmake, "-S", str(tmp_path), "-B", str(tmp_path / "b")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0
+    text = done.stdout + done.stderr
+    assert "_LIBRARY using the following names:" in text, text
+    # the names the build asked for are the library's own: the row names the line with them (CMake wraps a long
+    # line before the names: read joined)
+    real = text.replace("_not_here", "")
+    d = diagnose(["-"], stdin=io.BytesIO(real.encode()))
+    assert f"{lib.key}-link-library-not-found" in d.cause_ids, (real, d.cause_ids)

@@ -40,6 +40,21 @@ BAD_MOV = """.version 8.0
 """
 
 
+FP4_CVT = """.version 8.8
+.target sm_100
+.address_size 64
+.visible .entry k(.param .u64 p)
+{
+  .reg .f32 %f<3>;
+  .reg .b8 %b<2>;
+  mov.f32 %f1, 0f3F800000;
+  mov.f32 %f2, 0f3F800000;
+  cvt.rn.satfinite.e2m1x2.f32 %b1, %f1, %f2;
+  ret;
+}
+"""
+
+
 def run(text: str):
     return diagnose(["-"], stdin=io.BytesIO(text.encode()))
 
@@ -82,6 +97,26 @@ def test_ptx_that_ptxas_refuses_is_named_with_its_instruction(text, tmp_path):
     d = run(text(tmp_path))
     assert d.cause_ids[0] == "ptxas:mov", d.cause_ids
     assert "inline" in d.findings[0].signature.cause and "toolkit" in d.findings[0].signature.fix
+
+
+@pytest.mark.parametrize("text", [
+    pytest.param(lambda tmp: _tool(["ptxas", "-arch=sm_100", "-o", "k.cubin"], FP4_CVT, "k.ptx", tmp), id="ptxas-here"),
+    pytest.param(lambda tmp: (TEXTS / "ptxas_fp4_bare_target.txt").read_text(), id="ptxas-recorded"),
+])
+def test_an_instruction_of_the_arch_specific_target_built_for_the_plain_one_names_the_suffix(text, tmp_path):
+    d = run(text(tmp_path))
+    top = d.findings[0]
+    assert top.signature.id.startswith("ptxas:"), d.cause_ids
+    assert "without the arch-specific suffix (sm_100a" in top.signature.cause and "compute_100a" in top.signature.fix
+
+
+def test_the_suffixed_target_assembles_the_same_instruction(tmp_path):
+    if shutil.which("ptxas") is None:
+        pytest.skip("no ptxas here")
+    (tmp_path / "k.ptx").write_text(FP4_CVT.replace(".target sm_100", ".target sm_100a"))
+    done = subprocess.run(["ptxas", "-arch=sm_100a", "k.ptx", "-o", "k.cubin"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
 
 
 # ---- kernel limits --------------------------------------------------------------------------------------------

@@ -86,3 +86,29 @@ def test_a_pickled_class_missing_from_the_installed_module_is_named_with_its_ver
 ])
 def test_lines_of_installed_libraries_are_named(line, cause_id):
     assert run(line + "\n").cause_ids[0] == cause_id
+
+
+def _traceback(body: str, tmp_path) -> str:
+    import subprocess
+
+    (tmp_path / "rope.py").write_text(body)
+    done = subprocess.run([sys.executable, str(tmp_path / "rope.py")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    return done.stderr
+
+
+def test_a_configured_value_missing_from_a_lookup_table_is_named_with_the_table(tmp_path):
+    text = _traceback("ROPE_MAPPING = {'linear': abs, 'dynamic': abs}\nrope_scaling = {'rope_type': 'yarn'}\n"
+                      "def update(inv_freq):\n    return ROPE_MAPPING[rope_scaling['rope_type']](inv_freq)\n"
+                      "update(1.0)\n", tmp_path)
+    d = run(text)
+    assert d.cause_ids[0] == "table-key:ROPE_MAPPING", d.cause_ids
+    assert "'yarn'" in d.findings[0].signature.cause
+
+
+def test_a_missing_literal_key_names_the_dict_indexed_by_it(tmp_path):
+    text = _traceback("ROPE_MAPPING = {'linear': abs}\nrope_scaling = {'type': 'linear'}\n"
+                      "def update(inv_freq):\n    return ROPE_MAPPING[rope_scaling['rope_type']](inv_freq)\n"
+                      "update(1.0)\n", tmp_path)
+    d = run(text)
+    assert d.cause_ids[0] == "table-key:rope_scaling", d.cause_ids

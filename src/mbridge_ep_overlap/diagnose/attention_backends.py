@@ -129,6 +129,8 @@ class Call:
     """(where, line) of the Available / Selected / Running lines."""
     errors: list[tuple[str, str]] = field(default_factory=list)
     """(where, line) of the no-backend ValueError."""
+    late: bool = False
+    """Its reasons were logged after its error (an excerpt or a log that prints the traceback first)."""
 
     def chose(self, where: str, line: str) -> None:
         if len(self.choice_lines) < MAX_CHOICE_LINES:
@@ -211,6 +213,10 @@ class AttentionBackends:
     def _open(self, stream: tuple[str, str]) -> Call:
         """The stream's call still being decided (a new one after a choice was logged)."""
         call = self._current.get(stream)
+        if call is not None and call.errors and (not call.reasons or call.late) and call.running is None \
+                and call.selected is None:
+            call.late = True  # the reasons printed after the error they explain (a traceback first, TE's log after it)
+            return call
         if call is None or call.running is not None or call.errors:
             call = self._new(stream)
         return call

@@ -11,13 +11,16 @@ Contract
   overloaded function "NS::X" matches``, GCC's ``'X' is not a member of 'NS'`` and ``wrong number of template
   arguments``;
 - ptxas error: ``ptxas FILE, line N; error   : MESSAGE`` / ``ptxas FILE: error: MESSAGE`` (a JIT compile's form),
-  with the instruction it names.
+  with the instruction it names;
+- CMake's ``Could not find NAME_LIBRARY using the following names:`` wrapped before its names (a long line): joined
+  with the next line and read by the library rows' own patterns (``signatures.build``).
 
 ``findings(errors)`` gives one ``header-api:LIBRARY`` finding per library (``HEADER_API``, ``signatures.build``:
 the code calls the library's NS::X in a form the headers on the include path do not have, so it was written for
 another release of them) and one ``ptxas:INSTRUCTION`` finding per instruction (``PTX_REJECTED``: inline or generated
-PTX that this ptxas does not accept for the target: written for another toolkit release or architecture). Never
-raises for what is in the lines.
+PTX that this ptxas does not accept for the target: written for another toolkit release or architecture; a plain
+``sm_NN`` target where the instruction needs ``sm_NNa``: the suffix named). ``joined_findings(joined)``: for each
+joined CMake line, the finding of the library row whose pattern matches it. Never raises for what is in the lines.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 
 from .report import Finding
 from .signatures.build import HEADER_API, PTX_REJECTED
+from .signatures.build import SIGNATURES as BUILD_SIGNATURES
 
 MAX_ERRORS = 8
 NAMESPACES = (("cutlass", "CUTLASS"), ("cute", "CUTLASS (CuTe)"), ("at", "PyTorch (ATen)"), ("c10", "PyTorch (c10)"),
@@ -49,6 +53,9 @@ HEADER_FORMS = (
 )
 PTXAS = re.compile(r"\bptxas\b[^;:]*?(?:, line (?P<line>\d+))?\s*[;:]\s*error\s*:\s*(?P<message>.+)$")
 _INSTRUCTION = re.compile(r"instruction '(?P<ins>[\w.]+)'|Instruction '(?P<ins2>[\w.]+)'|Feature '(?P<feat>[^']+)'")
+_CMAKE_WRAPPED = re.compile(r"Could not find \w+_LIBRARY using the following names:\s*$")
+_BARE_TARGET = re.compile(r"not supported on \.target '(?P<target>sm_(?P<n>\d+))'")
+"""A target without its arch-specific ('a') or family ('f') suffix, which the newest instructions need."""
 _TEMPLATE_NAME = re.compile(r"(?P<name>[A-Za-z_]\w*(?:::\w+)+)\s*<")
 _PENDING_LINES = 3
 """GCC prints a template-count error's template on the lines after it (the source line, ``note: provided for``)."""
@@ -77,10 +84,20 @@ class CompileErrors:
         self._pending: tuple[str, str, str] | None = None
         """(where, text, message) of a template-count error whose template is named on a later line."""
         self._pending_left = 0
+        self._cmake: str = ""
+        """A CMake find_library line whose names are on the next line."""
+        self.joined: list[tuple[str, str]] = []
+        """(where, the CMake line joined with its names)."""
 
     def feed(self, text: str, where: str) -> None:
         if len(self.errors) >= MAX_ERRORS:
             return
+        if self._cmake:
+            if len(self.joined) < MAX_ERRORS:
+                self.joined.append((where, f"{self._cmake} {text.strip()}"))
+            self._cmake = ""
+        elif "_LIBRARY using the following names" in text and _CMAKE_WRAPPED.search(text):
+            self._cmake = text.strip()
         if self._pending is not None:
             if (m := _TEMPLATE_NAME.search(text)) is not None and _library(m["name"]):
                 at, line, message = self._pending
@@ -120,7 +137,17 @@ class CompileErrors:
         return None
 
     def finish(self) -> None:
-        self._pending = None
+        self._pending, self._cmake = None, ""
+
+
+def joined_findings(joined: list[tuple[str, str]]) -> list[Finding]:
+    """The library rows' findings for CMake lines joined with their wrapped names."""
+    out: dict[str, Finding] = {}
+    for where, text in joined:
+        for sig in BUILD_SIGNATURES:
+            if sig.id.endswith("-link-library-not-found") and any(p.search(text) for p in sig.compiled()):
+                out.setdefault(sig.id, Finding(sig)).add(f"{where}: {text}")
+    return list(out.values())
 
 
 def findings(errors: list[CompileError]) -> list[Finding]:
@@ -141,12 +168,22 @@ def findings(errors: list[CompileError]) -> list[Finding]:
         key = f"{PTX_REJECTED.id}:{e.name or 'ptx'}"
         if key not in out:
             what = f"'{e.name}'" if e.name else "its PTX"
-            cause = (f"ptxas refused {what} ({e.message}): PTX written inline in the source (asm volatile) or generated "
-                     "by a JIT compile that this CUDA toolkit's ptxas does not accept for the target architecture; the "
-                     "code was written for another toolkit release or another architecture.")
-            fix = ("use the CUDA toolkit release the library supports for this GPU, or a release of the library whose PTX "
-                   "builds with this one (the instruction and line ptxas names locate it); for 'requires .target sm_NN', "
-                   "build only for architectures from sm_NN on")
+            bare = _BARE_TARGET.search(e.message)
+            if bare is not None and int(bare["n"]) >= 90:
+                t = bare["target"]
+                cause = (f"ptxas refused {what} ({e.message}): the build targets plain {t}, without the arch-specific "
+                         f"suffix ({t}a, or the family target {t}f) that these instructions exist on; the arch list the "
+                         "build passes lost the suffix.")
+                fix = (f"build for {t}a (-gencode arch=compute_{bare['n']}a,code=sm_{bare['n']}a; "
+                       f"TORCH_CUDA_ARCH_LIST={bare['n'][:-1]}.{bare['n'][-1]}a) or the family target, as the library's "
+                       "own build does for its other architectures")
+            else:
+                cause = (f"ptxas refused {what} ({e.message}): PTX written inline in the source (asm volatile) or "
+                         "generated by a JIT compile that this CUDA toolkit's ptxas does not accept for the target "
+                         "architecture; the code was written for another toolkit release or another architecture.")
+                fix = ("use the CUDA toolkit release the library supports for this GPU, or a release of the library whose "
+                       "PTX builds with this one (the instruction and line ptxas names locate it); for 'requires .target "
+                       "sm_NN', build only for architectures from sm_NN on")
             out[key] = Finding(dataclasses.replace(PTX_REJECTED, id=key, cause=cause, fix=fix))
         out[key].add(f"{e.where}: {e.text}")
     return list(out.values())

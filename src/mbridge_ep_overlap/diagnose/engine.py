@@ -194,6 +194,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
                                                directives.standards))
     _merge(findings, device_links.findings(linked))
     _merge(findings, compile_errors.findings(_unnamed(builds.errors, lambda e: e.text, findings)))
+    _merge(findings, compile_errors.joined_findings(builds.joined))
     _merge(findings, conversion.findings(unmapped))
     _merge(findings, rank_norms.findings(ranked_norms))
     _merge(findings, none_sections.findings(unset.errors))

@@ -15,11 +15,14 @@ Contract
   per-expert ``experts.local_experts.N.linear_fc1``): the checkpoint was written with another expert layout
   (``moe_grouped_gemm`` / the TE grouped-GEMM spec) than the model now built;
 - **pickled classes**: ``Can't get attribute 'NAME' on <module 'M'>`` (unpickling): the installed M, read without
-  importing it (``installed_modules``), lacks NAME: the data was written by another release of M's package.
+  importing it (``installed_modules``), lacks NAME: the data was written by another release of M's package;
+- **table lookups**: ``KeyError: 'VALUE'`` right after a traceback's source line that indexes a table by name
+  (``ROPE_MAPPING[rope_scaling['rope_type']](...)``): the configured VALUE has no entry in that table.
 
 ``findings(m)`` gives one finding per kept line from the rows of ``signatures.config_error`` (``VERSION_GATE``,
-``SHARDED_SIZE``, ``EXPERT_LAYOUT``, ``PICKLED_CLASS``), ids ``version-gate:PACKAGE``, ``sharded-size:Kx``,
-``expert-layout:LAYOUT``, ``pickled-class:NAME``, with the numbers, the layouts or the installed version in the cause
+``SHARDED_SIZE``, ``EXPERT_LAYOUT``, ``PICKLED_CLASS``, ``TABLE_KEY``), ids ``version-gate:PACKAGE``,
+``sharded-size:Kx``, ``expert-layout:LAYOUT``, ``pickled-class:NAME``, ``table-key:TABLE``,
+with the numbers, the layouts or the installed version in the cause
 and the fix. Never raises for what is in the lines.
 """
 
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 
 from . import installed_modules
 from .report import Finding
-from .signatures.config_error import EXPERT_LAYOUT, PICKLED_CLASS, SHARDED_SIZE, VERSION_GATE
+from .signatures.config_error import EXPERT_LAYOUT, PICKLED_CLASS, SHARDED_SIZE, TABLE_KEY, VERSION_GATE
 
 MAX_EACH = 4
 _V = r"(?P<{}>\d+(?:\.\d+)*(?:[.+-]?(?:post|dev|rc|a|b)\d*)?)"
@@ -54,6 +57,23 @@ EXPERT_LAYOUTS = (
     ("sequential", re.compile(r"\bexperts\.local_experts\.\d+\.linear_fc[12]\b"), "SequentialMLP (one MLP per "
      "expert: local_experts.N.linear_fc1)"),
 )
+KEY_ERROR = re.compile(r"^(?:\w+\.)*KeyError: (?P<q>['\"])(?P<value>[^'\"]{1,80})(?P=q)\s*$")
+INDEXED = re.compile(r"(?<![\w.\]])(?P<table>[A-Za-z_][\w.]*)\[")
+
+
+def indexings(line: str) -> list[tuple[str, str]]:
+    """(table, index source) of every ``NAME[...]`` in a source line, nested ones too."""
+    out = []
+    for m in INDEXED.finditer(line):
+        depth, i = 1, m.end()
+        while i < len(line) and depth:
+            depth += {"[": 1, "]": -1}.get(line[i], 0)
+            i += 1
+        if depth == 0:
+            out.append((m["table"], line[m.end():i - 1]))
+    return out
+_FRAME = re.compile(r'\.py", line \d+')
+"""A traceback's frame line (its ``File "`` may be cut off in a pasted excerpt)."""
 PICKLE = re.compile(r"Can't get attribute '(?P<name>\w+)' on <module '(?P<module>[\w.]+)'")
 
 
@@ -65,6 +85,11 @@ class Mismatches:
     """'Missing' / 'Unexpected' -> the expert layouts its keys name."""
     layout_lines: list[str] = field(default_factory=list)
     pickled: list[tuple[str, str, str, str]] = field(default_factory=list)
+    tables: list[tuple[str, str, str, str, str]] = field(default_factory=list)
+    """(where, the KeyError line, the source line, table, value)."""
+    _source: str = ""
+    """The last traceback source line (the line after a ``File ...`` line)."""
+    _after_frame: bool = False
     _keys: str = ""
     """The kind of the key list being read (a list runs over several lines), '' outside one."""
 
@@ -91,12 +116,23 @@ class Mismatches:
             big, small = max(a, b), min(a, b)
             if small > 0 and big % small == 0 and big // small > 1 and all(s[1] != t for s in self.sizes):
                 self.sizes.append((where, t[:300], a, b, int(m["dim"])))
+        if _FRAME.search(t):
+            self._after_frame, self._source = True, ""
+        elif self._after_frame:
+            self._after_frame, self._source = False, t
+        elif (m := KEY_ERROR.match(t)) is not None and self._source and len(self.tables) < MAX_EACH:
+            indexed = [(name, index) for name, index in indexings(self._source) if name not in ("self", "cls")]
+            literal = [name for name, index in indexed if index.strip() in (f"'{m['value']}'", f'"{m["value"]}"')]
+            computed = [name for name, index in indexed if not re.fullmatch(r"\s*(['\"]).*\1\s*|\s*-?\d+\s*", index)]
+            table = (literal or computed or [""])[0]
+            if table and all(x[4] != m["value"] for x in self.tables):
+                self.tables.append((where, t[:300], self._source[:300], table, m["value"]))
         if len(self.pickled) < MAX_EACH and (m := PICKLE.search(t)) is not None:
             if all(p[2] != m["name"] for p in self.pickled):
                 self.pickled.append((where, t[:300], m["name"], m["module"]))
 
     def finish(self) -> None:
-        self._keys = ""
+        self._keys, self._source, self._after_frame = "", "", False
 
 
 def _gate(where: str, text: str, g: dict) -> Finding:
@@ -178,6 +214,17 @@ def _pickled(where: str, text: str, name: str, module: str) -> Finding:
     return f
 
 
+def _table(where: str, text: str, source: str, table: str, value: str) -> Finding:
+    cause = (f"The code looks the value '{value}' up in {table} ({source.strip()[:160]}) and {table} has no entry for it: "
+             f"the configured '{value}' (from the config or the checkpoint's config.json) is a choice this release "
+             "does not implement.")
+    fix = (f"use one of the values {table} lists (its definition in the code that raised), or a release whose {table} "
+           f"has '{value}'; for a model's config.json value, a release of the converter that supports that model")
+    f = Finding(dataclasses.replace(TABLE_KEY, id=f"{TABLE_KEY.id}:{table.rsplit('.', 1)[-1]}", cause=cause, fix=fix))
+    f.add(f"{where}: {text}")
+    return f
+
+
 def findings(m: Mismatches) -> list[Finding]:
     return ([_gate(*g) for g in m.gates] + [_size(*s) for s in m.sizes] + _layouts(m)
-            + [_pickled(*p) for p in m.pickled])
+            + [_pickled(*p) for p in m.pickled] + [_table(*t) for t in m.tables])

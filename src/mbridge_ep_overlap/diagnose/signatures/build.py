@@ -128,7 +128,10 @@ def _link_library_missing(lib: Library) -> Signature:
     unversioned = lib.soname_example.rsplit(".so", 1)[0] + ".so"
     return Signature(
         id=f"{lib.key}-link-library-not-found", symptom="install",
-        patterns=(rf"cannot find -l(?::{lib.sonames}|{link_stem(lib)})(?=[:\s]|$)",),
+        patterns=(rf"cannot find -l(?::{lib.sonames}|{link_stem(lib)})(?=[:\s]|$)",
+                  # CMake's find_library(... REQUIRED), as Transformer Engine's FindCUDNN.cmake calls it
+                  rf"Could not find \w+_LIBRARY using the following names: (?:[\w.+-]+, )*(?:lib)?(?:{link_stem(lib)})"
+                  r"(?:\.so)?(?=[,.\s]|$)"),
         cause=f"The link step of a build (an extension's setup.py, CMake) could not find {lib.name}'s library by the "
               f"name it asked for: `-l:NAME` wants that exact file and `-lNAME` the unversioned libNAME.so, while pip "
               f"wheels (nvidia-*-cu12 / -cu13) and some runtime images ship only the versioned file "

@@ -420,4 +420,12 @@ PICKLED_CLASS = Signature(
     source=f"{_MISMATCHES} (pickle's error, raised in its test)", emitted=(), confidence=0.7, found_by="mismatch",
     versions="Python's pickle")
 
-SIGNATURES += (VERSION_GATE, SHARDED_SIZE, EXPERT_LAYOUT, PICKLED_CLASS)
+TABLE_KEY = Signature(
+    id="table-key", symptom="config-error", patterns=(),
+    cause="KeyError: 'VALUE' raised by a line that indexes a table by a configured value (ROPE_MAPPING[rope_type]): the "
+          "table has no entry for the value the config or checkpoint gives.",
+    fix="a value the table lists, or a release whose table has it",
+    source=f"{_MISMATCHES} (Python's KeyError under a traceback source line, raised in its test)", emitted=(),
+    confidence=0.55, found_by="mismatch", versions="Python's traceback format")
+
+SIGNATURES += (VERSION_GATE, SHARDED_SIZE, EXPERT_LAYOUT, PICKLED_CLASS, TABLE_KEY)
