@@ -7,7 +7,9 @@ Contract
 [--precision bf16|recipe]`` builds the recipe's model provider (its own layer spec, attention variant,
 router, expert activation, recompute modules and precision) with TP = PP = CP = EP = 1, MTP off and the
 recipe's *local* expert count as the whole expert set (``num_moe_experts = E / EP``, top-k unchanged: under
-balanced routing each local expert then sees the tokens it sees in the recipe), for each layer count in
+balanced routing each local expert then sees the tokens it sees in the recipe; where E / EP is below top-k -
+Qwen3-235B-A22B at EP 32, DeepSeek-V3 at EP 64 - it is raised to top-k and router groups are dropped, and the row's
+``shape`` says so), every layer an MoE layer (a dense-first layout is for the full depth), for each layer count in
 ``--layers``, on GPU 0. It times one microbatch (micro batch 1, ``--seq`` tokens, default the recipe's)
 forward and forward + backward with CUDA events (median of ``ITERS`` calls after ``WARMUP``), the loss
 included, and records the peak memory. The per-layer cost is the slope between layer counts (the layer
@@ -38,8 +40,6 @@ from measure_predict import ITERS, WARMUP, _device, _time, _versions  # noqa: E4
 
 def _recipe(spec: str):
     module, _, fn = spec.partition(":")
-    if not module or not fn:
-        raise SystemExit(f"measure_layer: --recipe takes MODULE:FUNCTION, got {spec!r}")
     return getattr(importlib.import_module(module), fn)()
 
 
@@ -51,7 +51,12 @@ def _provider(cfg, layers: int, seq: int, precision: str):
     ep = m.expert_model_parallel_size or 1
     experts = m.num_moe_experts
     if precision == "recipe":
-        cfg.mixed_precision.setup(m)
+        mixed = cfg.mixed_precision
+        if isinstance(mixed, str):  # a registered name ("bf16_mixed")
+            from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+            mixed = get_mixed_precision_config(mixed)
+        mixed.setup(m)
     else:
         from megatron.bridge.training.mixed_precision import bf16_mixed
 
@@ -60,7 +65,8 @@ def _provider(cfg, layers: int, seq: int, precision: str):
         num_layers=layers, tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
         virtual_pipeline_model_parallel_size=None, context_parallel_size=1, expert_model_parallel_size=1,
         expert_tensor_parallel_size=1, sequence_parallel=False, seq_length=seq,
-        num_moe_experts=experts // ep if experts else None,
+        num_moe_experts=max(experts // ep, m.moe_router_topk or 1) if experts else None,
+        moe_router_num_groups=None, moe_router_group_topk=None,
         mtp_num_layers=None, pipeline_model_parallel_layout=None,
         num_layers_in_first_pipeline_stage=None, num_layers_in_last_pipeline_stage=None,
         account_for_embedding_in_pipeline_split=False, account_for_loss_in_pipeline_split=False,
@@ -74,7 +80,9 @@ def _provider(cfg, layers: int, seq: int, precision: str):
         if not hasattr(m, name):
             del overrides[name]
     m.apply_overrides_and_finalize(dtype=torch.bfloat16, overrides=overrides)
-    return m, {"experts_local": overrides.get("num_moe_experts"), "ep_of_recipe": ep}
+    local = overrides.get("num_moe_experts")
+    return m, {"experts_local": local, "ep_of_recipe": ep,
+               "raised_to_topk": bool(experts) and experts // ep < (m.moe_router_topk or 1)}
 
 
 def _facts(m) -> dict:
@@ -136,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if e.code else 0
     if any(n < 1 for n in a.layers):
         print("measure_layer: --layers takes positive counts", file=sys.stderr)
+        return 2
+    if not all(a.recipe.partition(":")[::2]):
+        print(f"measure_layer: --recipe takes MODULE:FUNCTION, got {a.recipe!r}", file=sys.stderr)
         return 2
     os.environ.setdefault("NVTE_DEBUG", "1")
     os.environ.setdefault("NVTE_DEBUG_LEVEL", "1")

@@ -6,10 +6,13 @@ Contract
 ``python scripts/gpu/measure_predict.py gemm OUT/gemm.json`` times Transformer Engine's dense GEMMs
 (``te.Linear``), grouped GEMMs (``te.GroupedLinear``) and attention (``te.DotProductAttention``,
 seq 4096, causal) forward and backward with CUDA events, at the layer shapes of Qwen3-30B-A3B,
-Qwen3-235B-A22B and DeepSeek-V3 (their local experts at the EP of NVIDIA's perf recipes), in BF16 and
+Qwen3-235B-A22B, DeepSeek-V3 and GPT-OSS-120B (their local experts at the EP of NVIDIA's perf recipes; GPT-OSS's
+attention with and without its 128-token sliding window and its learnable softmax offsets), in BF16 and
 every FP8-class recipe this GPU supports (delayed and tensorwise FP8, blockwise FP8, MXFP8, NVFP4);
 a recipe the GPU lacks is one row with ``status: "unsupported"`` and TE's reason. Without TE it writes
 one row saying so and exits 0.
+
+``--models NAME...`` (gemm, attention) times only those layer shapes of ``MODELS``.
 
 ``python scripts/gpu/measure_predict.py attention OUT/attention.json`` times ``te.DotProductAttention``
 (seq 4096, causal, the same three layer shapes) forward and backward in BF16 and with FP8 attention

@@ -218,3 +218,36 @@ def test_rank_prefixed_norms_are_compared_and_equal_ones_are_not_a_finding(tmp_p
     assert "grad-norm-differs-across-ranks" not in run(same).cause_ids
     one = f"{line.format('12.500')}\n{line.format('3.100')}\n"  # one rank's log: a norm that changes over time
     assert "grad-norm-differs-across-ranks" not in run(one).cause_ids
+
+
+NEW_READERS = ("kernel-limit", "value-mismatch", "null-tensor", "header-api", "ptxas", "conversion-unmapped",
+               "grad-norm-differs", "version-gate", "sharded-size", "expert-layout", "pickled-class", "table-key",
+               "extension-built-for-other-torch")
+
+
+@pytest.mark.parametrize("text", [
+    "Checking assert: hidden_size < MAX_HIDDEN_SIZE passed\n",
+    "saving CHECKPOINT at iteration 100 < MAX_ITERS\n",
+    "W0101 torch/_dynamo: Unsupported operator aten.foo; falling back\n",
+    "[rank0]: UserWarning: Unsupported: Graph break due to unsupported builtin\n",
+    "CHECK: seq_len == max_seq (4096 vs. 8192) noted; padding\n",
+    "WARNING: --moe-grouped-gemm requires TE >= 1.9 for fp8, falling back\n",
+    "Supported flash-attn versions are >= 2.1.1, <= 2.8.0.post2. Found flash-attn 2.8.3.\n",
+    "WARNING: The size of tensor a (4096) must match the size of tensor b (1024) at non-singleton dimension 0; retrying\n",
+    "undefined symbol: _ZN3c1017RegisterOperatorsD1Ev'If you don't plan on using image functionality from "
+    "torchvision.io, you can ignore this warning.\n",
+    "[rank0]: step 1 | grad norm: 1.50\n[rank1]: step 5 | grad norm: 0.90\n",
+    f"[rank{'9' * 5000}]: grad norm: 1.0\n[rank1]: grad norm: 3.0\n",
+])
+def test_lines_healthy_runs_print_are_not_findings_of_the_new_readers(text):
+    d = run(text)
+    assert not [c for c in d.cause_ids if c.startswith(NEW_READERS)], d.cause_ids
+
+
+def test_two_runs_compared_are_not_one_run_s_ranks(tmp_path):
+    line = " [2026-12-04 10:00:00] iteration        1/      10 | lm loss: 1.05E+01 | grad norm: {} |\n"
+    for run_dir, rank, norm in (("a", 0, "12.5"), ("b", 1, "3.1")):
+        (tmp_path / run_dir).mkdir()
+        (tmp_path / run_dir / "stdout.log").write_text(f"[rank{rank}]:{line.format(norm)}")
+    d = diagnose([str(tmp_path / "a"), str(tmp_path / "b")])
+    assert "grad-norm-differs-across-ranks" not in d.cause_ids

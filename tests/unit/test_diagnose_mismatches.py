@@ -33,6 +33,12 @@ def test_a_version_gate_names_the_package_the_range_and_the_version_found(line, 
     assert said in d.findings[0].signature.cause
 
 
+@pytest.mark.parametrize("line", ["AssertionError: Flex token dispatcher requires TPxEP > 1",
+                                  "ValueError: num_layers requires pipeline_model_parallel_size >= 2 here"])
+def test_a_size_requirement_is_no_version_gate(line):
+    assert not [c for c in run(line + "\n").cause_ids if c.startswith("version-gate")]
+
+
 def test_a_size_that_is_a_whole_multiple_is_named_as_a_split_applied_to_one_side():
     with pytest.raises(RuntimeError) as raised:
         torch.ones(16256, 2) * torch.ones(65024, 2)
@@ -112,3 +118,9 @@ def test_a_missing_literal_key_names_the_dict_indexed_by_it(tmp_path):
                       "update(1.0)\n", tmp_path)
     d = run(text)
     assert d.cause_ids[0] == "table-key:rope_scaling", d.cause_ids
+
+
+def test_a_class_of_the_saving_script_is_not_called_a_release_skew():
+    d = run("AttributeError: Can't get attribute 'Foo' on <module '__main__' from 'train.py'>\n")
+    assert d.cause_ids[0] == "pickled-class:Foo"
+    assert "script that saved the data" in d.findings[0].signature.cause

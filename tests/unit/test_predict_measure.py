@@ -74,6 +74,7 @@ def test_layer_script_usage_exit_2():
     spec.loader.exec_module(ml)
     assert ml.main(["x.json"]) == 2  # --recipe is required
     assert ml.main(["x.json", "--recipe", "m:f", "--layers", "0"]) == 2
+    assert ml.main(["x.json", "--recipe", "no_colon_here"]) == 2  # refused before torch is imported
 
 
 def test_memory_runs_cover_the_variants(mp):

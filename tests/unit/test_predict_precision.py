@@ -214,7 +214,7 @@ def test_te_attention_curve_is_the_one_the_evidence_gives():
     best = min((loss(d0), d0) for d0 in range(100, 40000, 20))
     curve = HW["te_attention_efficiency"]
     assert curve["d0"] == best[1]
-    assert math.sqrt(best[0] / len(fwd)) < 0.07  # the stated rms error per row
+    assert math.sqrt(best[0] / len(fwd)) < 0.065  # the stated rms error per row (6.4%)
     ratios = []
     for path in ATTENTION_EVIDENCE:
         got = [r for r in json.loads((Path(__file__).parents[2] / path).read_text())["rows"]
@@ -247,6 +247,14 @@ def test_te_layers_cost_core_attention_at_the_measured_curve(monkeypatch):
     peak = HW["gpus"]["h200"]["bf16_dense_tflops"] * 1e12
     assert raised.attn_b - base.attn_b == pytest.approx(core / (peak * te_attention_efficiency(core)), rel=1e-9)
     assert raised.attn_f == base.attn_f
+    # a sliding window on every layer: the FLOPs shrink (window + a partly masked key tile), the rate is the
+    # full-attention call's
+    windowed = _moe(transformer_impl="transformer_engine", attention_window=127, windowed_layers=8)
+    w_raised = layer_costs(windowed, cluster, cal)  # backward_factor + 1 still in force
+    monkeypatch.setattr(costs, "hardware", lambda: hw)
+    w_base = layer_costs(windowed, cluster, cal)
+    w_core = 4 * i.tokens_per_gpu * (127 + 1 + 128) * i.num_attention_heads * i.kv_channels
+    assert w_raised.attn_b - w_base.attn_b == pytest.approx(w_core / (peak * te_attention_efficiency(core)), rel=1e-9)
 
 
 def test_fp8_attention_factor_is_the_one_the_evidence_gives():

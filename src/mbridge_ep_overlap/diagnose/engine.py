@@ -37,7 +37,15 @@ for, with the reasons it logged (``attention_backends``). A NaN/Inf found by MCo
 Stacks ``py-spy dump`` printed say where each rank waits and which rank differs from the others (``pyspy``).
 torchrun's failure summary names the root-cause rank, host and exit code; a Slurm time limit is judged against the
 iteration lines before it; Slurm's OOM kills, node failures and c10d's store errors get their job, node, port and
-address (``launcher``).
+address (``launcher``). A value outside what a kernel was built for ('Unsupported ...', a compile-time maximum, an
+equality check's two values, a null-pointer check) is named with the config field that sets it, beside a native check
+of the same line (``kernel_limits``); a call written for another release of a library's headers, ptxas refusing PTX
+(with the arch-specific suffix a target lacks) and a CMake find_library line wrapped before its names
+(``compile_errors``); Megatron-Bridge's Hugging Face export warnings by part and module (``conversion``); a gradient
+norm that differs between the ranks of one run at one iteration (``rank_norms``); a version gate, a size one parallel
+split apart, a checkpoint's MoE expert layout, a pickled class the installed release lacks and a configured value
+missing from a lookup table (``mismatches``); an upstream check's tested sizes as the installed code computes them
+(``upstream_source.operands``).
 Findings are ranked: specific before generic, then by confidence, then by how many lines matched.
 Two or more PATHs that each hold iteration lines are also compared as runs (first = reference): a
 candidate not faster than the reference is a no-speed-up finding, with the reasons the facts give;
@@ -155,7 +163,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             limits.feed(text, where)
             builds.feed(text, where)
             unmapped.feed(text, where)
-            ranked_norms.feed(text, where, rank or src.rank)
+            ranked_norms.feed(text, where, rank or src.rank, owner)
             mismatched_sizes.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)

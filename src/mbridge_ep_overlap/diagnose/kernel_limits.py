@@ -36,7 +36,15 @@ from .signatures.config_error import KERNEL_LIMIT, NULL_TENSOR, VALUE_MISMATCH
 MAX_LINES = 6
 UNSUPPORTED = re.compile(r"(?<![\w])Unsupported (?P<what>(?:number of )?[A-Za-z][\w-]*(?: [A-Za-z][\w-]*){0,3}?)"
                          r"(?:\s*[:=]\s*(?P<value>[\w.\-]+))?\s*(?:['\"\)\].,;]|$)")
-ASSERTING = re.compile(r"ASSERT|Assert|CHECK|assert")
+ASSERTING = re.compile(r"(?<![A-Za-z])(?:[A-Z0-9]+_)*(?:ASSERT|CHECK)(?:_[A-Z0-9]+)*\b|\bAssert\w*|\bassert\b")
+"""An assertion's words (``EP_HOST_ASSERT``, ``TORCH_CHECK``, ``AssertionError``, ``assert``), not ``CHECKPOINT``."""
+FAILING = re.compile(r"(?<![A-Za-z])(?:[A-Z0-9]+_)*(?:ASSERT|CHECK)|\bAssert|\bassert\b|[Ee]rror\b|Error:|[Ff]ailed|"
+                     r"[Ee]xception|\bmust\b|Check failed")
+"""A line that reports a failure; an ``Unsupported`` / ``a == b (x vs. y)`` line elsewhere must stand alone."""
+WARNING = re.compile(r"\bW\d{4}\b|\bWARN(?:ING)?\b|[Ww]arning|falling back|[Ff]allback|\bpassed\b|\bsucceeded\b|\bnoted\b")
+"""A line that reports no failure (a warning, a check that passed)."""
+COMPARED = re.compile(r"Check failed|\bmust\b|[Ee]rror|Assert|\bassert\b|[Ff]ailed|[Ee]xception|\w*CHECK\w*\(|\w+_CHECK\w*\b")
+"""The failure words an equality check's line carries (TORCH_CHECK_EQ's 'Check failed: a == b (x vs. y)')."""
 LIMIT = re.compile(r"(?P<name>[A-Za-z_][\w.]*(?:->\w+)?(?:\(\d*\))?)\s*(?P<op><=|<)\s*"
                    r"(?P<limit>k[A-Z]\w*|[A-Z][A-Z0-9]*_[A-Z0-9_]+)\b")
 MISMATCH = re.compile(r"(?P<a>[A-Za-z_][\w.\[\]]*(?:->\w+)?(?:\(\d*\))?)\s*==\s*(?P<b>[A-Za-z_][\w.\[\]]*(?:->\w+)?"
@@ -103,10 +111,13 @@ class KernelLimits:
 
 
 def read(text: str, where: str = "") -> LimitLine | None:
-    """The limit a line states, or None."""
-    if (m := UNSUPPORTED.search(text)) is not None:
+    """The limit a line states, or None (a warning never states one)."""
+    if WARNING.search(text):
+        return None
+    failing = FAILING.search(text) is not None
+    if (m := UNSUPPORTED.search(text)) is not None and (failing or text.lstrip("'\" ").startswith("Unsupported")):
         return LimitLine(where, text, "unsupported", m["what"].strip(), m["value"] or "")
-    if (m := MISMATCH.search(text)) is not None and m["x"] != m["y"]:
+    if COMPARED.search(text) and (m := MISMATCH.search(text)) is not None and m["x"] != m["y"]:
         return LimitLine(where, text, "mismatch", m["a"], m["x"], m["y"], m["b"])
     if ASSERTING.search(text) and (m := LIMIT.search(text)) is not None:
         return LimitLine(where, text, "limit", m["name"], "", f"{m['op']} {m['limit']}")

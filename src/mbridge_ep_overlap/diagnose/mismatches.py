@@ -37,15 +37,19 @@ from .report import Finding
 from .signatures.config_error import EXPERT_LAYOUT, PICKLED_CLASS, SHARDED_SIZE, TABLE_KEY, VERSION_GATE
 
 MAX_EACH = 4
-_V = r"(?P<{}>\d+(?:\.\d+)*(?:[.+-]?(?:post|dev|rc|a|b)\d*)?)"
+_V = r"(?P<{}>\d+(?:\.\d+)+(?:[.+-]?(?:post|dev|rc|a|b)\d*)?)"
+"""A version: at least MAJOR.MINOR (``requires TPxEP > 1`` is a size check, not a version gate)."""
 GATES = (
-    re.compile(r"Supported (?P<pkg>[\w.-]+) versions are (?P<range>[^.]*?\d[^A-Z]*?)\.\s+Found (?:[\w.-]+ )?"
+    re.compile(r"Supported (?P<pkg>[\w.-]+) versions are (?P<range>[^A-Z]{1,80}?)\.\s+Found (?:[\w.-]+ )?"
                + _V.format("found")),
     re.compile(r"(?P<pkg>[\w.-]+) maximum version " + _V.format("max") + r" is supported"),
     re.compile(r"(?P<pkg>[\w.-]+) (?:version )?(?P<op>>=|>|<=|<) ?" + _V.format("need") + r" (?:is |are )?required"),
     re.compile(r"requires (?P<pkg>[\w.-]+) ?(?P<op>>=|>|<=|<) ?" + _V.format("need") + r"\b(?:.*?found:? "
                + _V.format("found") + r")?"),
 )
+RAISED = re.compile(r"\b\w*(?:Error|Exception|Assertion\w*)\b:")
+"""A raised exception's line (``ValueError: ...``): a version a package only warns about is no failure."""
+GATE_WARNING = re.compile(r"\bWARN(?:ING)?\b|[Ww]arning")
 SIZES = re.compile(r"The size of tensor a \((?P<a>\d+)\) must match the size of tensor b \((?P<b>\d+)\) at "
                    r"non-singleton dimension (?P<dim>\d+)")
 KEYS = re.compile(r"(?P<kind>Missing|Unexpected) key\(s\) in state_dict")
@@ -105,13 +109,14 @@ class Mismatches:
                 self.layouts.setdefault(self._keys, set()).update(found)
                 if len(self.layout_lines) < 2:
                     self.layout_lines.append(f"{where}: {t[:300]}")
-        if len(self.gates) < MAX_EACH and ("version" in t or "requires" in t):
+        if len(self.gates) < MAX_EACH and ("version" in t or "requires" in t) and RAISED.search(t[:600]) \
+                and not GATE_WARNING.search(t):
             for pattern in GATES:
                 if (m := pattern.search(t)) is not None:
                     if all(g[1] != t for g in self.gates):
                         self.gates.append((where, t[:300], m.groupdict()))
                     break
-        if len(self.sizes) < MAX_EACH and (m := SIZES.search(t)) is not None:
+        if len(self.sizes) < MAX_EACH and (m := SIZES.search(t)) is not None and not GATE_WARNING.search(t):
             a, b = int(m["a"]), int(m["b"])
             big, small = max(a, b), min(a, b)
             if small > 0 and big % small == 0 and big // small > 1 and all(s[1] != t for s in self.sizes):
@@ -194,6 +199,14 @@ def _layouts(m: Mismatches) -> list[Finding]:
 
 
 def _pickled(where: str, text: str, name: str, module: str) -> Finding:
+    if module == "__main__":
+        cause = (f"Unpickling needs the class {name} of the script that saved the data (module __main__): the loading "
+                 "process runs another script, which does not define it.")
+        fix = (f"define or import {name} in the loading script before loading, or save the data with the class in an "
+               "importable module (not the script itself)")
+        f = Finding(dataclasses.replace(PICKLED_CLASS, id=f"{PICKLED_CLASS.id}:{name}", cause=cause, fix=fix))
+        f.add(f"{where}: {text}")
+        return f
     located = installed_modules.locate(module)
     version = installed_modules.version(module)
     has = name in installed_modules.top_level(installed_modules.tree(located)) if located.kind == "source" else None

@@ -175,7 +175,7 @@ SIGNATURES += (
     Signature(
         id="extension-built-for-other-torch", symptom="install",
         patterns=(r"(ImportError|OSError): \S+\.so[^:]*: undefined symbol: _ZN(K?)(3c10|2at|5torch|6caffe2)",
-                  r"^\s*undefined symbol: _ZN(K?)(3c10|2at|5torch|6caffe2)"),  # the loader's message wrapped at ': '
+                  r"^\s*undefined symbol: _ZN(K?)(3c10|2at|5torch|6caffe2)\w*\s*$"),  # the loader's message wrapped at ': '
         cause="A compiled extension (deep_ep, transformer_engine, ...) was built against another torch than the "
               "one installed: a torch / c10 C++ symbol it links to is missing at import.",
         fix="rebuild the extension against the installed torch (pip install --no-build-isolation from source), "
