@@ -283,3 +283,18 @@ def test_a_checked_size_computed_from_others_is_shown_as_the_installed_code_comp
                for x in top.detail)
     check = next(c for c in upstream_source.checks() if c.where == top.signature.id.removeprefix("upstream-check:"))
     assert upstream_source.operands(dataclasses.replace(check, condition="world_size > 0")) == ()  # a parameter
+
+
+def test_a_raising_line_whose_message_moved_is_named_where_the_installed_source_has_it():
+    """The log shows the assert line of an older release (another line number, no message line of its own): its
+    literal message is found in the installed source word for word, so that check is named, not the nearest line."""
+    log = ('Traceback (most recent call last):\n'
+           '  File "/old/Megatron-LM/megatron/core/datasets/blended_megatron_dataset_config.py", line 72, in __post_init__\n'
+           '    assert self.split is None, "split and blend_per_split are incompatible"\n'
+           'AssertionError\n')
+    d = diagnose(["-"], stdin=io.BytesIO(log.encode()))
+    top = d.findings[0]
+    assert "requires self.split is None" in top.signature.cause, d.cause_ids
+    src = dict(upstream_source.sources())["megatron/core/datasets/blended_megatron_dataset_config.py"]
+    line = top.signature.id.rsplit(":", 1)[1]
+    assert "split and blend_per_split are incompatible" in "\n".join(src.splitlines()[int(line) - 1:int(line) + 1])

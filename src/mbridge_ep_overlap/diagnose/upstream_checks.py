@@ -145,6 +145,15 @@ def _unquoted(message: str) -> str:
     return message
 
 
+_LITERAL = re.compile(r"""(?<![\w{])(?P<q>["'])(?P<text>[^"'{}]{12,300})(?P=q)""")
+
+
+def _code_literal(code: str) -> str:
+    """The plain string literal of a ``raise`` / ``assert`` source line (no placeholders), or ''."""
+    m = _LITERAL.search(code.split(",", 1)[1] if code.startswith("assert ") and "," in code else code)
+    return m["text"] if m else ""
+
+
 def _through_other_packages(e: RaisedError) -> upstream_source.Match | None:
     """An error whose visible traceback runs only through another package's Megatron backend (a training framework's
     ``megatron_utils`` calling Megatron-Core, the log cut above MCore's own frames): its check, when its message is a
@@ -168,6 +177,12 @@ def findings(errors: list[RaisedError]) -> list[Finding]:
         through = match is None and e.message and _through_other_packages(e)
         if through:
             match = through
+        if (match is None or not match.exact) and e.raise_frame is not None:
+            # the raising line the log shows holds the message literally: where the installed source has it
+            own = _code_literal(e.raise_frame[3])
+            at_code = upstream_source.find(own, *hint) if own else None
+            if at_code is not None and at_code.exact:
+                match = at_code
         if match:
             sig, detail = _signature(e, match), _detail(e, match)
             if through:
