@@ -298,3 +298,9 @@ def test_a_raising_line_whose_message_moved_is_named_where_the_installed_source_
     src = dict(upstream_source.sources())["megatron/core/datasets/blended_megatron_dataset_config.py"]
     line = top.signature.id.rsplit(":", 1)[1]
     assert "split and blend_per_split are incompatible" in "\n".join(src.splitlines()[int(line) - 1:int(line) + 1])
+
+
+def test_an_exception_retyped_with_its_message_in_parentheses_is_looked_up():
+    d = diagnose(["-"], stdin=io.BytesIO(b"AssertionError (Communication call has not been issued for this bucket)\n"))
+    assert d.cause_ids[0].startswith("upstream-check:megatron/core/distributed/param_and_grad_buffer.py:"), d.cause_ids
+    assert "grad_reduce_handle is not None" in d.findings[0].signature.cause

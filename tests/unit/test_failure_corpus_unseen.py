@@ -5,8 +5,8 @@ Each set is a separately collected group of real upstream failure reports, kept 
 from: ``failure_reports_unseen/`` (collected 2026-12-01), then ``failure_reports_unseen2/``,
 ``failure_reports_unseen3/``, ``failure_reports_unseen4/``, ``failure_reports_unseen5/`` and
 ``failure_reports_unseen6/`` (collected 2026-12-02), ``failure_reports_unseen7/``, ``failure_reports_unseen8/`` and
-``failure_reports_unseen9/`` (collected 2026-12-03), ``failure_reports_unseen10/``, ``failure_reports_unseen11/`` and
-``failure_reports_unseen12/`` (collected 2026-12-04). These tests check
+``failure_reports_unseen9/`` (collected 2026-12-03), ``failure_reports_unseen10/`` to
+``failure_reports_unseen13/`` (collected 2026-12-04). These tests check
 only the data: every file has exactly the corpus keys with the corpus types, is marked ``split: "unseen"``,
 points at the upstream thread its id names, repeats no report (id or thread) of the main corpus or of an
 earlier unseen set, and is listed in its folder's README table with the same class and recognisability;
@@ -43,12 +43,13 @@ UNSEEN_SETS = {
     "unseen10": FIXTURES / "failure_reports_unseen10",
     "unseen11": FIXTURES / "failure_reports_unseen11",
     "unseen12": FIXTURES / "failure_reports_unseen12",
+    "unseen13": FIXTURES / "failure_reports_unseen13",
 }
 MINIMUM_REPORTS = {"unseen": 15, "unseen2": 16, "unseen3": 18, "unseen4": 20, "unseen5": 20, "unseen6": 20, "unseen7": 20, "unseen8": 20,
-                   "unseen9": 20, "unseen10": 20, "unseen11": 20, "unseen12": 20}
-LABELLED_SETS = ("unseen2", "unseen3", "unseen4", "unseen5", "unseen6", "unseen7", "unseen8", "unseen9", "unseen10", "unseen11", "unseen12")
+                   "unseen9": 20, "unseen10": 20, "unseen11": 20, "unseen12": 20, "unseen13": 20}
+LABELLED_SETS = ("unseen2", "unseen3", "unseen4", "unseen5", "unseen6", "unseen7", "unseen8", "unseen9", "unseen10", "unseen11", "unseen12", "unseen13")
 """The sets whose ``labels.tsv`` has the before / after / hit columns."""
-BLIND_SETS = ("unseen4", "unseen5", "unseen6", "unseen7", "unseen8", "unseen9", "unseen10", "unseen11", "unseen12")
+BLIND_SETS = ("unseen4", "unseen5", "unseen6", "unseen7", "unseen8", "unseen9", "unseen10", "unseen11", "unseen12", "unseen13")
 """The sets whose before column was measured blind; their ``labels.tsv`` adds ``hit_before``."""
 
 KEYS = (
@@ -65,7 +66,8 @@ REPOSITORY_OF_PROJECT = {
               "ishandhanani/srt-slurm", "radixark/miles", "NVIDIA/Model-Optimizer", "ROCm/Megatron-LM", "vllm-project/vllm",
               "NVIDIA-NeMo/Speech", "NVIDIA/NeMo-Framework-Launcher", "hiyouga/LlamaFactory", "modelscope/ms-swift",
               "modelscope/mcore-bridge", "fanshiqing/grouped_gemm", "awslabs/awsome-distributed-ai",
-              "PaddlePaddle/FastDeploy", "ByteDance-Seed/Triton-distributed", "NVIDIA/TensorRT-LLM", "pytorch/torchtitan"),
+              "PaddlePaddle/FastDeploy", "ByteDance-Seed/Triton-distributed", "NVIDIA/TensorRT-LLM", "pytorch/torchtitan",
+              "uccl-project/uccl", "KuangjuX/NVSHMEM-Tutorial", "hao-ai-lab/DistCA", "AMD-AGI/Primus"),
 }
 SYMPTOM_CLASSES = {
     "upstream-assertion", "hang", "crash-signal", "wrong-numerics", "silent-fallback",

@@ -33,6 +33,10 @@ from .signatures.config_error import UPSTREAM_CHECK
 
 ERROR_LINE = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s*)*(?:[\w.]+\.)?(AssertionError|ValueError|RuntimeError|"
                         r"TypeError|NotImplementedError): (.{8,})$")
+PAREN_ERROR = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s*)*(?:[\w.]+\.)?(AssertionError|ValueError|RuntimeError) "
+                         r"\((?![\'\"])(.{8,400})\)$")
+"""An exception quoted with its message in parentheses (``AssertionError (Communication call has not been issued ...)``),
+as reports retype it."""
 OTHER_ERROR = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s*)*(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Interrupt))(?::|$)")
 """An exception line that ends a traceback: one of a kind not read here (an ``AttributeError``) closes it unkept."""
 REPR_ERROR = re.compile(r"(?<![\w.])(AssertionError|ValueError|RuntimeError|TypeError|NotImplementedError)"
@@ -113,6 +117,8 @@ class RaisedErrors:
             self._where = where
         elif m := ERROR_LINE.match(text.strip()):
             self._keep(m.group(1), _unquoted(m.group(2).strip()), where)
+        elif m := PAREN_ERROR.match(text.strip()):
+            self._keep(m.group(1), m.group(2).strip(), where)
         elif "Error(" in text and (m := REPR_ERROR.search(text)):
             message = m["message"].replace("\\" + m["q"], m["q"]).replace("\\n", " ").strip()
             self._keep(m.group(1), message, where)
