@@ -47,7 +47,8 @@ UNSEEN_SETS = {
 }
 MINIMUM_REPORTS = {"unseen": 15, "unseen2": 16, "unseen3": 18, "unseen4": 20, "unseen5": 20, "unseen6": 20, "unseen7": 20, "unseen8": 20,
                    "unseen9": 20, "unseen10": 20, "unseen11": 20, "unseen12": 20, "unseen13": 20}
-LABELLED_SETS = ("unseen2", "unseen3", "unseen4", "unseen5", "unseen6", "unseen7", "unseen8", "unseen9", "unseen10", "unseen11", "unseen12", "unseen13")
+LABELLED_SETS = ("unseen2", "unseen3", "unseen4", "unseen5", "unseen6", "unseen7", "unseen8", "unseen9", "unseen10",
+                 "unseen11", "unseen12", "unseen13")
 """The sets whose ``labels.tsv`` has the before / after / hit columns."""
 BLIND_SETS = ("unseen4", "unseen5", "unseen6", "unseen7", "unseen8", "unseen9", "unseen10", "unseen11", "unseen12", "unseen13")
 """The sets whose before column was measured blind; their ``labels.tsv`` adds ``hit_before``."""
