@@ -304,3 +304,15 @@ def test_an_exception_retyped_with_its_message_in_parentheses_is_looked_up():
     d = diagnose(["-"], stdin=io.BytesIO(b"AssertionError (Communication call has not been issued for this bucket)\n"))
     assert d.cause_ids[0].startswith("upstream-check:megatron/core/distributed/param_and_grad_buffer.py:"), d.cause_ids
     assert "grad_reduce_handle is not None" in d.findings[0].signature.cause
+
+
+def test_short_frames_listed_under_the_error_choose_the_installed_file():
+    """A report retypes the frames short under the error ("FILE.py:LINE in FUNCTION"): the file that holds them
+    decides between installed checks worded alike (MCore's MTP layer and a model copy in Megatron-Bridge)."""
+    log = ("ValueError: Invalid activation recompute method.\n"
+           "  multi_token_prediction.py:1035 in _checkpointed_forward\n"
+           "  multi_token_prediction.py:1088 in forward\n")
+    d = diagnose(["-"], stdin=io.BytesIO(log.encode()))
+    assert d.cause_ids[0].startswith("upstream-check:megatron/core/transformer/multi_token_prediction.py:"), d.cause_ids
+    alone = diagnose(["-"], stdin=io.BytesIO(b"ValueError: Invalid activation recompute method.\n"))
+    assert alone.cause_ids[0].startswith("upstream-check:")  # without them: some installed check of those words

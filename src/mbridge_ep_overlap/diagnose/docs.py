@@ -216,8 +216,8 @@ LABELLED_SETS = {
                             blind=True, read_from="2026-12-04"),
     "unseen13": LabelledSet("unseen13", "Thirteenth set collected apart from the signatures",
                             "blind, on main 279954f (after the readers written from the twelfth set), before the set was "
-                            "read; then an exception retyped with its message in parentheses was read, written from "
-                            "this set's misses",
+                            "read; then an exception retyped with its message in parentheses and short frames listed "
+                            "under an error were read, written from this set's misses",
                             blind=True, read_from="2026-12-04"),
 }
 

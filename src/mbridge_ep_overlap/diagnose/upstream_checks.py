@@ -33,6 +33,8 @@ from .signatures.config_error import UPSTREAM_CHECK
 
 ERROR_LINE = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s*)*(?:[\w.]+\.)?(AssertionError|ValueError|RuntimeError|"
                         r"TypeError|NotImplementedError): (.{8,})$")
+SHORT_FRAME = re.compile(r"^\s*(?P<file>[\w./-]+\.py):(?P<line>\d{1,7}) in (?P<function>\w+)\s*$")
+"""A frame a report retypes short, under the error it belongs to."""
 PAREN_ERROR = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s*)*(?:[\w.]+\.)?(AssertionError|ValueError|RuntimeError) "
                          r"\((?![\'\"])(.{8,400})\)$")
 """An exception quoted with its message in parentheses (``AssertionError (Communication call has not been issued ...)``),
@@ -67,6 +69,8 @@ class RaisedError:
     """(file, line, function) of the traceback above it, outermost first."""
     code: list[str] = field(default_factory=list)
     """The source line Python printed under each frame ('' where none), as ``frames``."""
+    after: list[tuple[str, int, str]] = field(default_factory=list)
+    """Frames a report lists right after the error in short form (``FILE.py:LINE in FUNCTION``), innermost first."""
 
     @property
     def raise_frame(self) -> tuple[str, int, str, str] | None:
@@ -102,11 +106,14 @@ class RaisedErrors:
 
     def __init__(self) -> None:
         self.errors: list[RaisedError] = []
+        self._line = 0
+        self._last_kept_line = -2
         self._frames: list[tuple[str, int, str]] = []
         self._code: list[str] = []
         self._where = ""
 
     def feed(self, text: str, where: str) -> None:
+        self._line += 1
         if "across cluster]" in text:
             text = REPEATED.sub("", text)
         if "Traceback (most recent call last)" in text:
@@ -119,6 +126,10 @@ class RaisedErrors:
             self._keep(m.group(1), _unquoted(m.group(2).strip()), where)
         elif m := PAREN_ERROR.match(text.strip()):
             self._keep(m.group(1), m.group(2).strip(), where)
+        elif (m := SHORT_FRAME.match(text)) and self.errors and not self._frames and len(self.errors[-1].after) < 4 \
+                and self._last_kept_line == self._line - 1:
+            self.errors[-1].after.append((m["file"], int(m["line"]), m["function"]))
+            self._last_kept_line = self._line
         elif "Error(" in text and (m := REPR_ERROR.search(text)):
             message = m["message"].replace("\\" + m["q"], m["q"]).replace("\\n", " ").strip()
             self._keep(m.group(1), message, where)
@@ -140,6 +151,7 @@ class RaisedErrors:
     def _keep(self, kind: str, message: str, where: str) -> None:
         if len(self.errors) < MAX_ERRORS and all(e.message != message or not message for e in self.errors):
             self.errors.append(RaisedError(kind, message, where, self._frames, self._code))
+            self._last_kept_line = self._line
         self._frames, self._code = [], []
 
 
@@ -149,6 +161,19 @@ def _unquoted(message: str) -> str:
         if message.endswith(q) and message.count(q) % 2 == 1:
             return message[:-1].rstrip()
     return message
+
+
+def _short_hint(e: RaisedError) -> tuple[str, int]:
+    """(installed file, line) of the innermost short-form frame listed under the error, when its file name is one
+    installed file (Megatron-Core's first where both packages have one of that name), else ('', 0)."""
+    if not e.after:
+        return "", 0
+    name, line, _ = e.after[0]
+    base = name.rsplit("/", 1)[-1]
+    rels = [rel for rel, _ in upstream_source.sources() if rel.endswith(name if "/" in name else "/" + base)]
+    core = [r for r in rels if r.startswith("megatron/core/")]
+    pick = core if len(core) == 1 else rels if len(rels) == 1 else []
+    return (pick[0], line) if pick else ("", 0)
 
 
 _LITERAL = re.compile(r"""(?<![\w{])(?P<q>["'])(?P<text>[^"'{}]{12,300})(?P=q)""")
@@ -178,7 +203,7 @@ def findings(errors: list[RaisedError]) -> list[Finding]:
     out: dict[str, Finding] = {}
     for e in errors:
         frame = e.upstream_frame
-        hint = (raise_frames.relative(frame[0]), frame[1]) if frame and "/megatron/" in frame[0] else ("", 0)
+        hint = (raise_frames.relative(frame[0]), frame[1]) if frame and "/megatron/" in frame[0] else _short_hint(e)
         match = upstream_source.find(e.message, *hint) if e.looked_up and e.message else None
         through = match is None and e.message and _through_other_packages(e)
         if through:
