@@ -305,22 +305,25 @@ def _import_errors(failed: import_errors.ImportErrors, findings: dict[str, Findi
     _merge(findings, import_errors.findings(_unnamed(failed.errors, lambda e: e.line, findings)))
 
 
+def _beside(lines: list, details, own, findings: dict[str, Finding]) -> None:
+    """Lines a reader read (each with ``.text``): its ``details(lines)`` added to a finding another reader made of the
+    same line, and ``own(lines)`` made of the lines no finding names yet."""
+    for f in findings.values():
+        mine = [s for s in lines if any(s.text[:120] in line for line in f.evidence)]
+        f.detail += [d for d in details(mine) if d not in f.detail]
+    _merge(findings, own(_unnamed(lines, lambda s: s.text, findings)))
+
+
 def _sizes(sizes: divisibility.Divisibility, findings: dict[str, Finding]) -> None:
     """A size that does not divide another: the values that would, beside the check another reader named from the same
     line (an upstream check), else as a finding of its own."""
-    for f in findings.values():
-        mine = [s for s in sizes.lines if any(s.text[:120] in line for line in f.evidence)]
-        f.detail += [d for d in divisibility.details(mine) if d not in f.detail]
-    _merge(findings, divisibility.findings(_unnamed(sizes.lines, lambda s: s.text, findings)))
+    _beside(sizes.lines, divisibility.details, divisibility.findings, findings)
 
 
 def _limits(limits: kernel_limits.KernelLimits, findings: dict[str, Finding]) -> None:
     """A value outside what a kernel was built for: the quantity and the config field that sets it, beside the check
     another reader named from the same line (a native check), else as a finding of its own."""
-    for f in findings.values():
-        mine = [s for s in limits.lines if any(s.text[:120] in line for line in f.evidence)]
-        f.detail += [d for d in kernel_limits.details(mine) if d not in f.detail]
-    _merge(findings, kernel_limits.findings(_unnamed(limits.lines, lambda s: s.text, findings)))
+    _beside(limits.lines, kernel_limits.details, kernel_limits.findings, findings)
 
 
 def _static_asserts(compiled: static_asserts.StaticAsserts, findings: dict[str, Finding]) -> None:

@@ -1,4 +1,4 @@
-"""Four mismatches between what a run has and what its code expects, read from the message alone.
+"""Five mismatches between what a run has and what its code expects, read from the message alone.
 
 Contract
 --------
@@ -140,6 +140,14 @@ class Mismatches:
         self._keys, self._source, self._after_frame = "", "", False
 
 
+def _one(row, suffix: str, cause: str, fix: str, *lines: str) -> Finding:
+    """A finding of ``row`` as ``ROW_ID:suffix`` with this cause and fix, the lines its evidence."""
+    f = Finding(dataclasses.replace(row, id=f"{row.id}:{suffix}", cause=cause, fix=fix))
+    for line in lines:
+        f.add(line)
+    return f
+
+
 def _gate(where: str, text: str, g: dict) -> Finding:
     pkg = g["pkg"]
     if g.get("range"):
@@ -154,9 +162,7 @@ def _gate(where: str, text: str, g: dict) -> Finding:
     fix = (f"install {pkg} {need} (pip install '{pkg}...' in that range), or a release of the package that raised it "
            f"whose check accepts the installed {pkg}; where {pkg} is optional, uninstall it or turn off its use")
     slug = re.sub(r"[^a-z0-9]+", "-", pkg.lower()).strip("-")
-    f = Finding(dataclasses.replace(VERSION_GATE, id=f"{VERSION_GATE.id}:{slug}", cause=cause, fix=fix))
-    f.add(f"{where}: {text}")
-    return f
+    return _one(VERSION_GATE, slug, cause, fix, f"{where}: {text}")
 
 
 def _size(where: str, text: str, a: int, b: int, dim: int) -> Finding:
@@ -169,9 +175,7 @@ def _size(where: str, text: str, a: int, b: int, dim: int) -> Finding:
     fix = (f"find the parallel size equal to {k} in the run (TP with sequence parallelism, CP, EP) and run once "
            "without it to confirm; the code that combines the two must scatter (or gather) the other operand the same "
            "way - a bug of that code path with that parallelism, fixed upstream or avoided by not combining the two")
-    f = Finding(dataclasses.replace(SHARDED_SIZE, id=f"{SHARDED_SIZE.id}:{k}x", cause=cause, fix=fix))
-    f.add(f"{where}: {text}")
-    return f
+    return _one(SHARDED_SIZE, f"{k}x", cause, fix, f"{where}: {text}")
 
 
 def _layouts(m: Mismatches) -> list[Finding]:
@@ -192,10 +196,7 @@ def _layouts(m: Mismatches) -> list[Finding]:
            "as at save time), or convert the checkpoint's expert weights to the new layout; the distributed "
            "checkpoint format (torch_dist) stores experts independently of the layout and loads across them")
     key = sorted(missing or unexpected)[0]
-    f = Finding(dataclasses.replace(EXPERT_LAYOUT, id=f"{EXPERT_LAYOUT.id}:{key}", cause=cause, fix=fix))
-    for line in m.layout_lines:
-        f.add(line)
-    return [f]
+    return [_one(EXPERT_LAYOUT, key, cause, fix, *m.layout_lines)]
 
 
 def _pickled(where: str, text: str, name: str, module: str) -> Finding:
@@ -204,9 +205,7 @@ def _pickled(where: str, text: str, name: str, module: str) -> Finding:
                  "process runs another script, which does not define it.")
         fix = (f"define or import {name} in the loading script before loading, or save the data with the class in an "
                "importable module (not the script itself)")
-        f = Finding(dataclasses.replace(PICKLED_CLASS, id=f"{PICKLED_CLASS.id}:{name}", cause=cause, fix=fix))
-        f.add(f"{where}: {text}")
-        return f
+        return _one(PICKLED_CLASS, name, cause, fix, f"{where}: {text}")
     located = installed_modules.locate(module)
     version = installed_modules.version(module)
     has = name in installed_modules.top_level(installed_modules.tree(located)) if located.kind == "source" else None
@@ -222,9 +221,7 @@ def _pickled(where: str, text: str, name: str, module: str) -> Finding:
              "checkpoint or cached object saved by one release of a package and loaded by another.")
     fix = (f"load it with the release that wrote it (the one whose {module} defines {name}), or upgrade the loading "
            "side to it; for a distributed checkpoint, both sides need the same Megatron-Core / Megatron-Bridge line")
-    f = Finding(dataclasses.replace(PICKLED_CLASS, id=f"{PICKLED_CLASS.id}:{name}", cause=cause, fix=fix))
-    f.add(f"{where}: {text}")
-    return f
+    return _one(PICKLED_CLASS, name, cause, fix, f"{where}: {text}")
 
 
 def _table(where: str, text: str, source: str, table: str, value: str) -> Finding:
@@ -233,9 +230,7 @@ def _table(where: str, text: str, source: str, table: str, value: str) -> Findin
              "does not implement.")
     fix = (f"use one of the values {table} lists (its definition in the code that raised), or a release whose {table} "
            f"has '{value}'; for a model's config.json value, a release of the converter that supports that model")
-    f = Finding(dataclasses.replace(TABLE_KEY, id=f"{TABLE_KEY.id}:{table.rsplit('.', 1)[-1]}", cause=cause, fix=fix))
-    f.add(f"{where}: {text}")
-    return f
+    return _one(TABLE_KEY, table.rsplit(".", 1)[-1], cause, fix, f"{where}: {text}")
 
 
 def findings(m: Mismatches) -> list[Finding]:
