@@ -16,7 +16,7 @@ named now, computed, and the judged hit) and on the third (``failure_reports_uns
 the Transformer Engine, NVSHMEM and build signatures written from it) and on the fourth (``failure_reports_unseen4``,
 *before* measured blind, with its judged hit in a ``hit_before`` column), the fifth and the sixth
 (``failure_reports_unseen5``,
-``failure_reports_unseen6`` to ``failure_reports_unseen13``, the same). A corpus label ``upstream-check:FILE``
+``failure_reports_unseen6`` to ``failure_reports_unseen14``, the same). A corpus label ``upstream-check:FILE``
 is met by the general upstream-check finding for a check in FILE (``upstream-check:FILE:LINE``: the line
 follows the installed version). The corpus folder is found beside this checkout
 (``tests/unit/fixtures/failure_reports``, labels in ``tests/unit/fixtures/corpus_causes.tsv``) or given.
@@ -43,8 +43,8 @@ FIXTURES = REPO / "tests" / "unit" / "fixtures"
 """Where each labelled set lives: ``failure_reports_<name>`` (``LABELLED_SETS``)."""
 READ_FROM = "2026-12-02"
 """From this date on the developer has read the holdout and every unseen set: their rates are no longer blind
-(unseen4's to unseen13's *before* columns are: each was measured before its set was read; unseen7 to unseen9 were
-read from 2026-12-03, unseen10 to unseen13 from 2026-12-04)."""
+(unseen4's to unseen14's *before* columns are: each was measured before its set was read; unseen7 to unseen9 were
+read from 2026-12-03, unseen10 to unseen14 from 2026-12-04)."""
 HEADER = ("<!-- Generated from the code by `python -m mbridge_ep_overlap.tools.gen_docs --write`: "
           "do not edit by hand. -->\n\n")
 
@@ -218,6 +218,10 @@ LABELLED_SETS = {
                             "blind, on main 279954f (after the readers written from the twelfth set), before the set was "
                             "read; then an exception retyped with its message in parentheses and short frames listed "
                             "under an error were read, written from this set's misses",
+                            blind=True, read_from="2026-12-04"),
+    "unseen14": LabelledSet("unseen14", "Fourteenth set collected apart from the signatures",
+                            "blind, on main b1d729e (after the readers written from the thirteenth set), before the set "
+                            "was read",
                             blind=True, read_from="2026-12-04"),
 }
 
