@@ -39,8 +39,13 @@ from measure_predict import ITERS, WARMUP, _device, _time, _versions  # noqa: E4
 
 
 def _recipe(spec: str):
+    """The recipe's config, its Hugging Face architecture read offline (``target.offline``: the GPU node has no
+    network; a recipe's ``AutoBridge.from_hf_pretrained`` would otherwise wait on the hub)."""
+    from mbridge_ep_overlap.target.offline import offline_architectures
+
     module, _, fn = spec.partition(":")
-    return getattr(importlib.import_module(module), fn)()
+    with offline_architectures():
+        return getattr(importlib.import_module(module), fn)()
 
 
 def _provider(cfg, layers: int, seq: int, precision: str):

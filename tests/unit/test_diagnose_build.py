@@ -216,6 +216,7 @@ def test_every_triggered_signature_is_triggered_here():
                | {f"{lib.key}-library-not-found" for lib in LIBRARIES if lib.sonames}
                | {f"{lib.key}-link-library-not-found" for lib in LIBRARIES if lib.sonames}
                | {f"{lib.key}-symbol-not-found" for lib in LIBRARIES if lib.symbols}
+               | {f"{lib.key}-cmake-package-not-found" for lib in LIBRARIES if lib.cmake}
                | {"kernels-not-built-for-this-gpu", "cuda-toolkit-major-differs-from-torch", "cuda-toolkit-not-found",
                   "cutlass-headers-missing", "nvshmem-headers-need-relocatable-device-code"}
                | {"error-directive", "device-link"}  # triggered in test_diagnose_compile_directives
@@ -413,3 +414,26 @@ def test_cmake_find_library_missing_names_the_library(lib, tmp_path):
     real = text.replace("_not_here", "")
     d = diagnose(["-"], stdin=io.BytesIO(real.encode()))
     assert f"{lib.key}-link-library-not-found" in d.cause_ids, (real, d.cause_ids)
+
+
+@pytest.mark.parametrize("lib", [lib for lib in LIBRARIES if lib.cmake], ids=lambda lib: lib.key)
+def test_cmake_find_package_missing_names_the_library(lib, tmp_path):
+    """CMake's own words when a find module's find_package_handle_standard_args finds nothing (Transformer Engine
+    1.x's FindCUDNN.cmake form), for each name the library row knows."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("no cmake on this machine")
+    for name in lib.cmake.split("|"):
+        (tmp_path / "CMakeLists.txt").write_text(
+            "cmake_minimum_required(VERSION 3.18)\nproject(t NONE)\ninclude(FindPackageHandleStandardArgs)\n"
+            f"set({name}_INCLUDE_DIR {name}_INCLUDE_DIR-NOTFOUND)\nset({name}_LIBRARY {name}_LIBRARY-NOTFOUND)\n"
+            f"find_package_handle_standard_args({name} REQUIRED_VARS {name}_INCLUDE_DIR {name}_LIBRARY)\n"
+            f"if(NOT {name}_FOUND)\n  message(FATAL_ERROR \"stop\")\nendif()\n")
+        done = subprocess.run([cmake, "-S", str(tmp_path), "-B", str(tmp_path / "b")], capture_output=True, text=True,
+                              timeout=120)
+        text = done.stdout + done.stderr
+        assert done.returncode != 0 and f"Could NOT find {name} (missing:" in text, text
+        d = diagnose(["-"], stdin=io.BytesIO(text.encode()))
+        assert d.cause_ids[0] == f"{lib.key}-cmake-package-not-found", (text, d.cause_ids)
+    other = "  Could NOT find Foo (missing: FOO_LIBRARY)\n"
+    assert f"{lib.key}-cmake-package-not-found" not in diagnose(["-"], stdin=io.BytesIO(other.encode())).cause_ids

@@ -213,6 +213,16 @@ def test_sizes_that_do_divide_are_no_finding():
     assert divisibility.divisors_near(256, 3) == [1, 2, 4, 8]
 
 
+def test_a_divisor_named_in_several_words_and_a_message_wrapped_before_it_are_read():
+    one_line = "ValueError: The output_size of gate's and up's weight = 192 is not divisible by weight quantization block_n = 128."
+    wrapped = one_line.replace(" divisible by", " divisible\nby")
+    for text in (one_line, wrapped):
+        f = next(f for f in run(text + "\n").findings if f.signature.id.startswith("divisibility"))
+        assert f.signature.id == "divisibility:weight-quantization-block-n"
+        assert "weight 192 is not a multiple of weight quantization block_n 128 (192 % 128 = 64)" in f.signature.cause
+        assert f.evidence[0].endswith(one_line) and ":1: " in f.evidence[0]
+
+
 # ---- a name used where it is not defined ----------------------------------------------------------------------
 
 def _uses_an_undefined_name():

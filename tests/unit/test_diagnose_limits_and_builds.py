@@ -188,6 +188,23 @@ def test_unmapped_export_parameters_are_counted_by_part_and_module():
     assert "unwrap the distillation model" in top.signature.fix and "MTP weights" in top.signature.fix
 
 
+def test_unmapped_sequential_experts_name_grouped_gemm_and_the_installed_bridges_that_map_them():
+    src = (Path(__import__("megatron.bridge").bridge.__file__).parent / "models/conversion/model_bridge.py").read_text()
+    assert 'logger.warning(f"No mapping found for global_name: {global_name}")' in src
+    names = [f"decoder.layers.{i}.mlp.experts.local_experts.{e}.linear_fc{k}.weight" for i in range(2) for e in range(4)
+             for k in (1, 2)]
+    d = run("\n".join(f"WARNING:megatron.bridge.models.conversion.model_bridge:No mapping found for global_name: {n}"
+                      for n in names) + "\n")
+    top = d.findings[0]
+    assert d.cause_ids[0] == "conversion-unmapped" and "16 under local_experts.* (the sequential experts" in top.signature.cause
+    assert "moe_grouped_gemm=True" in top.signature.fix
+    said = next(x for x in top.detail if x.startswith("bridges of the installed Megatron-Bridge that map local_experts"))
+    mapping = conversion.sequential_bridges()
+    assert "qwen3_moe_bridge" in mapping and "model_bridge" not in mapping and ", ".join(mapping) in said
+    # a report's copy with the head of the name cut off
+    assert run("No mapping found for ...experts.local_experts.0.linear_fc1.weight\n").cause_ids[0] == "conversion-unmapped"
+
+
 def test_module_of_replaces_numbers_and_drops_the_parameter_name():
     assert conversion.module_of("decoder.layers.23.mlp.experts.local_experts.27.linear_fc1.bias") == \
         "decoder.layers.*.mlp.experts.local_experts.*.linear_fc1"

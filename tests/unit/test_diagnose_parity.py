@@ -147,12 +147,14 @@ _PRINTF = re.compile(r'printf\("((?:[^"\\]|\\.)*)')
 _ASSERT = re.compile(r"EP_HOST_ASSERT\((.*)\);\s*$")
 _THROW = re.compile(r'throw [\w:]+\("([^"]*)"\)')
 _EP_V2_THROW = re.compile(r'throw EPExceptionWithLineInfo\("([^"]*)",')
+_NVTE_ERROR = re.compile(r'NVTE_ERROR\("([^"]*)"')
 
 
 def _renders(quote: str) -> re.Pattern:
     """What an upstream source line prints: a printf's format (its %-fields match anything), an
     EP_HOST_ASSERT's stringified condition inside DeepEP's 'Failed: Assertion error FILE:LINE 'COND'',
-    a thrown message, DeepEP V2's ``EPExceptionWithLineInfo(NAME, ...)`` as 'NAME exception (FILE:LINE): ', or,
+    a thrown message, Transformer Engine's ``NVTE_ERROR(MESSAGE, ...)`` as 'FILE:LINE in function FN: MESSAGE',
+    DeepEP V2's ``EPExceptionWithLineInfo(NAME, ...)`` as 'NAME exception (FILE:LINE): ', or,
     for any other line, the identifiers it names."""
     if m := _PRINTF.search(quote):
         fmt = m.group(1).replace("\\n", "")
@@ -161,6 +163,8 @@ def _renders(quote: str) -> re.Pattern:
         return re.compile(r"Failed: Assertion error \S+:\d+ '" + re.escape(m.group(1)) + "'")
     if m := _THROW.search(quote):
         return re.compile(re.escape(m.group(1)))
+    if m := _NVTE_ERROR.search(quote):  # Transformer Engine (util/logging.h): FILE ":" LINE " in function " FN ": " ARGS
+        return re.compile(r"\S+:\d+ in function \S+: " + re.escape(m.group(1)))
     if m := _EP_V2_THROW.search(quote):  # DeepEP V2: name << " exception (" << file << ":" << line << "): " << error
         return re.compile(re.escape(m.group(1)) + r" exception \(\S+:\d+\): ")
     names = [w for w in re.findall(r"[A-Za-z_]\w{8,}", quote)]

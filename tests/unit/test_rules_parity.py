@@ -236,6 +236,7 @@ CASES = [
               "te_cudnn_library": "/usr/local/cuda/lib64/libcudnn.so.9.14.0"}),
     Case("fp8-needs-compute-capability-8-9", set_cfg(mixed_precision="bf16_with_fp8_delayed_scaling_mixed"),
          env={"gpu": "a100"}, te="2.18.0"),
+    Case("block-scaled-recipe-on-gpu", set_cfg(mixed_precision="bf16_with_mxfp8_mixed"), te="2.18.0"),  # MXFP8 on H100
     Case("world-size-divisible", m(tensor_model_parallel_size=3, expert_model_parallel_size=8), env={"num_gpus": 16}),
     Case("expert-world-divisible", chain(m(expert_model_parallel_size=16), lambda cfg: setattr(cfg.train, "global_batch_size", 96)),
          env={"num_gpus": 24}),

@@ -8,7 +8,8 @@ Contract
 replaced by ``*``, cut before the parameter's own name), keeping the first line of each module as evidence.
 ``findings(unmapped)`` gives one ``conversion-unmapped`` finding (``UNMAPPED_PARAMS``, ``signatures.config_error``)
 for the whole export: how many parameters and under which top-level parts (``PARTS`` names the usual ones: the
-multi-token-prediction layers ``mtp.*``, a distillation teacher ``_teacher_model.*``, adapters), each part's count and
+multi-token-prediction layers ``mtp.*``, a distillation teacher ``_teacher_model.*``, the sequential experts
+``local_experts.*`` - with the installed bridges that map them -, adapters), each part's count and
 an example, and the fix for each part (an MTP-trained model exported with a bridge that maps no MTP weights, a
 distillation wrapper exported with its teacher, a model whose modules the Hugging Face architecture lacks). Never
 raises for what is in the lines.
@@ -20,10 +21,14 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
+from . import upstream_source
 from .report import Finding
 from .signatures.config_error import UNMAPPED_PARAMS
 
-LINE = re.compile(r"No mapping found for megatron_param: (?P<name>[\w.]+)")
+LINE = re.compile(r"No mapping found for (?:(?:megatron_param|global_name):\s*|\.\.\.)(?P<name>[\w.]+)")
+"""Both of ``model_bridge.py``'s warnings (export: ``megatron_param``; the weight-task build: ``global_name``), and a
+report's copy with the head of the name cut to ``...``."""
+SEQUENTIAL = "local_experts."
 MAX_MODULES = 64
 SHOWN = 4
 PARTS = (
@@ -33,6 +38,9 @@ PARTS = (
     ("mtp.", "the multi-token-prediction (MTP) layers",
      "use a Megatron-Bridge release whose bridge for this model maps the MTP weights, or export without them "
      "(mtp_num_layers None on the exported provider); Hugging Face configs without MTP have nowhere to put them"),
+    (SEQUENTIAL, "the sequential experts (SequentialMLP's local_experts.N: the model was built with moe_grouped_gemm "
+     "off)", "build the model with moe_grouped_gemm=True (the grouped expert layout the bridge maps), or use a "
+     "Megatron-Bridge release whose bridge for this model maps local_experts"),
     ("adapter", "adapters (PEFT)", "merge the adapters into the base weights before the export, or export them with "
      "the adapter export path"),
 )
@@ -78,7 +86,7 @@ def findings(u: Unmapped) -> list[Finding]:
     rest = u.by_part.get("", 0)
     parts = [f"{u.by_part[p]} under {p}* ({what})" for p, what, _ in named] + \
         ([f"{rest} elsewhere in the model"] if rest else [])
-    cause = (f"Exporting to Hugging Face, the model bridge found no mapping for {u.count} Megatron parameter(s): "
+    cause = (f"Converting weights between Megatron and Hugging Face, the model bridge found no mapping for {u.count} Megatron parameter(s): "
              + "; ".join(parts) + ". Those weights are not written; an export that needs every weight fails after.")
     fixes = [fix for _, _, fix in named]
     if rest:
@@ -92,4 +100,16 @@ def findings(u: Unmapped) -> list[Finding]:
         f.detail.append(f"unmapped: {module} ({n} parameter(s))")
     if len(u.modules) > SHOWN:
         f.detail.append(f"unmapped: {len(u.modules) - SHOWN} more module(s)")
+    if u.by_part.get(SEQUENTIAL):
+        mapping = sequential_bridges()
+        f.detail.append("bridges of the installed Megatron-Bridge that map local_experts: "
+                        + (", ".join(mapping) if mapping else "none"))
     return [f]
+
+
+def sequential_bridges() -> list[str]:
+    """The model-bridge modules of the installed Megatron-Bridge whose mappings name ``local_experts``."""
+    return sorted(rel.rsplit("/", 1)[1].removesuffix(".py") for rel, text in upstream_source.sources()
+                  if rel.startswith("megatron/bridge/models/") and not rel.startswith("megatron/bridge/models/conversion/")
+                  and rel.endswith("_bridge.py")
+                  and "local_experts" in text)

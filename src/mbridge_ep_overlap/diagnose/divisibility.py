@@ -29,10 +29,12 @@ from .signatures.config_error import SIZE_NOT_DIVISIBLE
 MAX_LINES = 6
 SHOWN = 4
 _NUM = r"(\d{1,12})"
-_NAME = r"([A-Za-z_][\w.]*(?: [a-z_]+)?)"
+_NAME = r"(?<![\w.'])([A-Za-z_][\w.]*(?: [a-z_]+)?)"
+_PHRASE = r"((?:[A-Za-z_][\w.']*\s+){0,3}[A-Za-z_][\w.']*)"
+"""A divisor's name of up to four words (``weight quantization block_n``)."""
 FORMS = (
-    ("named", re.compile(_NAME + r"\s*=\s*" + _NUM + r"\s+(?:must be|is not|should be)\s+divisible by\s+" + _NAME
-                         + r"\s*=\s*" + _NUM)),
+    ("named", re.compile(_NAME + r"\s*=\s*" + _NUM + r"\s+(?:must be|is not|should be)\s+(?:evenly\s+)?divisible by\s+"
+                         + _PHRASE + r"\s*=\s*" + _NUM)),
     ("named", re.compile(_NAME + r"\s*\(" + _NUM + r"\)\s+(?:must be|is not|should be)\s+divisible by\s+" + _NAME
                          + r"\s*\(" + _NUM + r"\)")),
     ("named", re.compile(_NAME + r"\s*\(" + _NUM + r"\)\s+(?:must be|should be) a multiple of\s+" + _NAME
@@ -41,6 +43,9 @@ FORMS = (
 )
 PRODUCT = re.compile(r"divisible by\s+(?P<names>[A-Za-z]+(?:\s*[*x×]\s*[A-Za-z]+)+)\s*\((?P<values>\d+(?:\s*[*x×]\s*\d+)+)"
                      r"\s*=\s*(?P<product>\d+)\)")
+_CUT = re.compile(r"(?:divisible|divisible by|a multiple of)\s*$")
+"""A line that ends where the divisor should follow: the message was wrapped there."""
+_CONTINUED = re.compile(r"\s*(?:by\s|of\s|[a-z_])")
 WORLD = re.compile(r"(?:(?P<a>\d{1,7})\s+GPUs|world[ _]size\s*\(?\s*(?:of\s+)?(?P<b>\d{1,7})\)?)")
 
 
@@ -69,17 +74,24 @@ class SizeLine:
 class Divisibility:
     def __init__(self) -> None:
         self.lines: list[SizeLine] = []
+        self._cut: tuple[str, str] | None = None
 
     def feed(self, text: str, where: str) -> None:
         text = text.rstrip().rstrip("\"'")  # a quote left at the end of a line cut from a string
+        cut, self._cut = self._cut, None
+        if cut is not None and _CONTINUED.match(text):  # a message wrapped before its divisor: read the two as one
+            text, where = f"{cut[1]} {text.strip()}", cut[0]
         if ("divisible" not in text and "multiple of" not in text) or len(self.lines) >= MAX_LINES:
             return
         line = _read(text.strip()[:400], where)
-        if line is not None and all(o.text != line.text for o in self.lines):
+        if line is None and _CUT.search(text):
+            self._cut = (where, text.strip())
+        elif line is not None and all(o.text != line.text for o in self.lines):
             self.lines.append(line)
 
     def finish(self) -> None:
         """Nothing is held across sources."""
+        self._cut = None
 
 
 def _read(text: str, where: str) -> SizeLine | None:
@@ -143,7 +155,8 @@ def findings(lines: list[SizeLine]) -> list[Finding]:
         by = (f"{s.divisor_name} = {' x '.join(str(v) for _, v in s.factors)} = {s.divisor}" if s.factors else
               f"{s.divisor_name} {s.divisor}" if s.divisor_name else str(s.divisor))
         cause = (f"A size does not divide another: {of} is not a multiple of {by} ({s.dividend} % {s.divisor} = "
-                 f"{s.dividend % s.divisor}); the parallel layout needs whole groups of that size.")
+                 f"{s.dividend % s.divisor}); what it splits or tiles needs whole groups (ranks of a parallel layout) or "
+                 "whole blocks (a quantization or kernel tile) of that size.")
         sig = dataclasses.replace(SIZE_NOT_DIVISIBLE, id=f"{SIZE_NOT_DIVISIBLE.id}:{s.slug}", cause=cause, fix=_fix(s))
         f = Finding(sig)
         f.add(f"{s.where}: {s.text}")

@@ -221,7 +221,12 @@ LABELLED_SETS = {
                             blind=True, read_from="2026-12-04"),
     "unseen14": LabelledSet("unseen14", "Fourteenth set collected apart from the signatures",
                             "blind, on main b1d729e (after the readers written from the thirteenth set), before the set "
-                            "was read",
+                            "was read; then Transformer Engine's refusals of the block-scaled recipes by compute "
+                            "capability, its cuDNN fused-attention error, CMake's failed find_package, a divisor named in "
+                            "several words or wrapped onto the next line, the sequential experts of a conversion, a "
+                            "call's result unpacked into another number of names, a feature refused on the run's "
+                            "platform and TE's userbuffers used before initialize_ub were read, written from this set's "
+                            "misses",
                             blind=True, read_from="2026-12-04"),
 }
 

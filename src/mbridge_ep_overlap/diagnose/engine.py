@@ -45,7 +45,9 @@ of the same line (``kernel_limits``); a call written for another release of a li
 norm that differs between the ranks of one run at one iteration (``rank_norms``); a version gate, a size one parallel
 split apart, a checkpoint's MoE expert layout, a pickled class the installed release lacks and a configured value
 missing from a lookup table (``mismatches``); an upstream check's tested sizes as the installed code computes them
-(``upstream_source.operands``).
+(``upstream_source.operands``); a call's result unpacked into another number of names than the installed function of
+that name gives (``unpacking``); a feature a library refuses on the run's platform, in its own words
+(``capability_gates``, before the upstream lookup).
 Findings are ranked: specific before generic, then by confidence, then by how many lines matched.
 Two or more PATHs that each hold iteration lines are also compared as runs (first = reference): a
 candidate not faster than the reference is a no-speed-up finding, with the reasons the facts give;
@@ -64,8 +66,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..base import run_files
-from . import (attention_backends, attribute_errors, collective_stacks, compile_errors, conversion, crashes, device_links,
-               divisibility, kernel_limits, mismatches, rank_norms,
+from . import (attention_backends, attribute_errors, capability_gates, collective_stacks, compile_errors, conversion, crashes, device_links,
+               divisibility, kernel_limits, mismatches, rank_norms, unpacking,
                error_directives, extension_calls, flight_recorder, import_errors, launcher, memory, name_errors,
                native_checks, none_sections, passed_keywords, prediction, pyspy, runtime_errors, schedule,
                static_asserts, timeouts, type_errors, upstream_checks, upstream_fallbacks)
@@ -123,6 +125,8 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     unmapped = conversion.Unmapped()
     ranked_norms = rank_norms.RankNorms()
     mismatched_sizes = mismatches.Mismatches()
+    unpacked = unpacking.Unpacking()
+    gated = capability_gates.CapabilityGates()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -165,6 +169,8 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             unmapped.feed(text, where)
             ranked_norms.feed(text, where, rank or src.rank, owner)
             mismatched_sizes.feed(text, where)
+            unpacked.feed(text, where)
+            gated.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -183,6 +189,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
         undefined.finish()
         builds.finish()
         mismatched_sizes.finish()
+        unpacked.finish()
         if captured:
             crash_text[_crash_name(src)] = "\n".join(captured) + "\n"
     if ev.texts:
@@ -207,6 +214,8 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _merge(findings, rank_norms.findings(ranked_norms))
     _merge(findings, none_sections.findings(unset.errors))
     _merge(findings, name_errors.findings(_unnamed(undefined.errors, lambda e: e.text, findings)))
+    _merge(findings, unpacking.findings(_unnamed(unpacked.errors, lambda e: e.text, findings)))
+    _merge(findings, capability_gates.findings(_unnamed(gated.lines, lambda g: g.text, findings)))
     _upstream(raised, findings)
     _sizes(sizes, findings)  # after the upstream lookup: a check it names gets the values that would divide
     _limits(limits, findings)  # after the native and upstream checks: one of them gets the quantity and its field

@@ -61,10 +61,10 @@ a long line (a path never holds ':' in these formats, the line number follows th
 _NVSHMEM_FILE = r"(?<![^\s'\"(=])(?P<file>[^\s'\":]*nvshmem[^\s'\":]*\.(?:cpp|cu|cuh|c|h))"
 FORMATS: tuple[tuple[str, str, re.Pattern], ...] = (
     ("transformer-engine", "NVTE_CHECK", re.compile(
-        _SOURCE + r":(?P<line>\d{1,9}) in function (?P<function>[\w:~<>]+): Assertion failed: (?P<condition>.+?)\."
+        _SOURCE + r":(?P<line>\d{1,9}) in function (?P<function>[\w:~<>()]+): Assertion failed: (?P<condition>.+?)\."
                   r"(?: (?P<message>.*?))?\s*$")),
     ("transformer-engine", "NVTE_ERROR", re.compile(  # an exception's text: NVTE_WARN prints the same format
-        r"(?:Error|what\(\)):\s+" + _SOURCE + r":(?P<line>\d{1,9}) in function (?P<function>[\w:~<>]+): (?P<message>.+?)\s*$")),
+        r"(?:Error|what\(\)):\s+" + _SOURCE + r":(?P<line>\d{1,9}) in function (?P<function>[\w:~<>()]+): (?P<message>.+?)\s*$")),
     ("deep-ep", "EP_HOST_ASSERT", re.compile(r"Failed: Assertion error " + _SOURCE + r":(?P<line>\d{1,9}) '(?P<condition>.*)'")),
     ("deep-ep", "CUDA_CHECK", re.compile(r"Failed: CUDA error " + _SOURCE + r":(?P<line>\d{1,9}) '(?P<message>.*)'")),
     ("deep-ep", "EP_DEVICE_ASSERT", re.compile(

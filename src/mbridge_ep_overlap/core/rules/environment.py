@@ -142,6 +142,48 @@ def fp8_needs_compute_capability(f: Facts) -> bool:
     return tuple(f.env.compute_capability) >= FP8_MIN_COMPUTE_CAPABILITY
 
 
+RECIPE_COMPUTE_CAPABILITY = {
+    "fp8_blockwise": ((9, 0), None),
+    "mxfp8": ((10, 0), (12, 0)),
+    "nvfp4": ((10, 0), None),
+}
+"""The compute capabilities, [first, end), on which Transformer Engine 2.18 runs a block-scaled recipe
+(``quantization.py`` ``_compute_*_support``: MXFP8 from 10.0 and not on 12.0+, NVFP4 from 10.0, FP8 block
+scaling from 9.0 with torch built for CUDA 12.9+); the diagnose signatures ``te-mxfp8-*``, ``te-nvfp4-*`` and
+``te-fp8-block-scaling-needs-cuda-12-9`` quote its messages."""
+BLOCKWISE_ON_BLACKWELL_TE = "2.9"
+"""Before this Transformer Engine release FP8 block scaling ran on Hopper (9.x) alone."""
+
+
+def _recipe_range(f: Facts) -> tuple[tuple[int, int], tuple[int, int] | None] | None:
+    low = _low_precision(f)
+    if low not in RECIPE_COMPUTE_CAPABILITY:
+        return None
+    first, end = RECIPE_COMPUTE_CAPABILITY[low]
+    if low == "fp8_blockwise" and f.env.te_version and not version_at_least(f.env.te_version, BLOCKWISE_ON_BLACKWELL_TE):
+        end = (10, 0)
+    return first, end
+
+
+@family("block-scaled-recipe-on-gpu", When.ALWAYS, "mixed_precision",
+        required="MXFP8: compute capability 10.x-11.x (B200, B300, GB200, GB300); NVFP4: 10.0 or newer; FP8 block "
+                 "scaling: 9.0 or newer (9.x alone before Transformer Engine 2.9)",
+        needs=lambda f: f.env.compute_capability is not None and _recipe_range(f) is not None,
+        current=_gpu_and_precision)
+def block_scaled_recipe_on_gpu(f: Facts) -> bool:
+    """a block-scaled low-precision recipe on a GPU Transformer Engine does not run it on: finalize accepts it, then
+    TE refuses the first layer ('Device compute capability 10.0 or higher required for MXFP8 execution.' on Hopper,
+    'MXFP8 ... is not supported on 12.0+ architectures yet.' on RTX-class Blackwell, the NVFP4 and FP8 block-scaling
+    equivalents)
+
+    Fix: on Hopper use fp8_recipe='blockwise' or 'tensorwise' (NVIDIA's H100 perf recipes use FP8 current scaling),
+    on compute capability 12.x 'tensorwise' or 'delayed'; MXFP8 and NVFP4 on B200 / B300 / GB200 / GB300.
+    """
+    first, end = _recipe_range(f)
+    cc = tuple(f.env.compute_capability)
+    return cc >= first and (end is None or cc < end)
+
+
 def _cudnn_pair(f: Facts) -> str:
     return f"{f.env.te_cudnn_version} ({f.env.te_cudnn_library}); torch runs {f.env.torch_cudnn_version}"
 

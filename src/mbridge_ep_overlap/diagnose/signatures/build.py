@@ -41,6 +41,10 @@ class Library:
     symbols: str = ""
     """Regular expression of the start of its exported C symbols ('' where none are recognisable)."""
     symbol_example: str = ""
+    cmake: str = ""
+    """Regular expression of the name CMake's ``find_package`` knows it by ('' where no build here finds it so)."""
+    cmake_hints: str = ""
+    """What the find modules of the builds that need it search, said in the fix of a failed ``find_package``."""
 
 
 LIBRARIES = (
@@ -54,7 +58,9 @@ LIBRARIES = (
             r"lib(?:nvshmem(?:_host|_device)?|nvshmem_bootstrap\w*)\.so[.\d]*",
             "point the build at an NVSHMEM installation (NVSHMEM_DIR=... for DeepEP, or pip install nvidia-nvshmem-cu12 / "
             "-cu13 matching the CUDA major) and make its lib folder visible at run time (LD_LIBRARY_PATH)",
-            "nvshmem.h", "libnvshmem_host.so.3", r"nvshmemx?i?_", "nvshmemx_init_attr"),
+            "nvshmem.h", "libnvshmem_host.so.3", r"nvshmemx?i?_", "nvshmemx_init_attr", r"NVSHMEM",
+            "find_package's config search: NVSHMEM_DIR naming the folder of NVSHMEM's CMake config, or "
+            "CMAKE_PREFIX_PATH naming the NVSHMEM installation"),
     Library("rdma-core", "rdma-core (libibverbs / mlx5 user-space verbs)", r"infiniband/(?:verbs|mlx5dv|verbs_api)\.h",
             r"lib(?:ibverbs|mlx5|rdmacm)\.so[.\d]*",
             "install rdma-core's development and runtime packages in the image (libibverbs-dev / rdma-core-devel, "
@@ -65,17 +71,25 @@ LIBRARIES = (
             "gdrapi.h", "libgdrapi.so.2", r"gdr_", "gdr_pin_buffer"),
     Library("nccl", "NCCL", r"nccl(?:_net|_device)?\.h", r"libnccl\.so[.\d]*",
             "use the NCCL torch ships (nvidia-nccl-cu12 / -cu13) or set NCCL_HOME / LD_LIBRARY_PATH to one installation",
-            "nccl.h", "libnccl.so.2", r"nccl[A-Z]", "ncclCommInitRankScalable"),
+            "nccl.h", "libnccl.so.2", r"nccl[A-Z]", "ncclCommInitRankScalable", r"NCCL",
+            "the hints of the FindNCCL.cmake the CMake Error line names (it says which variables and environment "
+            "variables it reads)"),
     Library("cudnn", "cuDNN", r"cudnn(?:_\w+)?\.h", r"libcudnn(?:_\w+)?\.so[.\d]*",
             "put cuDNN's headers and libraries where the build looks (Transformer Engine: CUDNN_PATH or CUDNN_HOME "
             "naming a folder with include/cudnn.h; the nvidia-cudnn-cu12 / -cu13 wheel, which Transformer Engine 2.x "
             "also searches, or a cluster's cuDNN module exported as CUDNN_PATH), the same cuDNN as torch's",
-            "cudnn.h", "libcudnn.so.9"),
+            "cudnn.h", "libcudnn.so.9", cmake=r"CUDNN|cuDNN",
+            cmake_hints="Transformer Engine's cuDNN search reads the CUDNN_PATH environment variable (a folder "
+                        "with include/cudnn.h and lib or lib64/libcudnn.so; 2.x also CUDNN_INCLUDE_PATH, "
+                        "CUDNN_LIBRARY_PATH and the nvidia-cudnn wheel), not CUDNN_INCLUDE_DIR / CUDNN_LIBRARY "
+                        "exported as environment variables"),
     Library("cuda-toolkit", "the CUDA toolkit", r"(?:cuda_runtime(?:_api)?|cuda|cuda_bf16|cuda_fp8|cublas_v2|cusparse)\.h",
             r"lib(?:cudart|cublas|cublasLt|cuda)\.so[.\d]*",
             "set CUDA_HOME to a CUDA toolkit of the same major version as torch's (torch.version.cuda) and put its "
             "lib64 on LD_LIBRARY_PATH",
-            "cuda_runtime.h", "libcudart.so.12"),
+            "cuda_runtime.h", "libcudart.so.12", cmake=r"CUDAToolkit|CUDA",
+            cmake_hints="CMake's FindCUDAToolkit reads CUDAToolkit_ROOT, the CUDA_PATH environment variable and the "
+                        "nvcc on PATH (or CMAKE_CUDA_COMPILER)"),
 )
 
 
@@ -146,7 +160,26 @@ def _link_library_missing(lib: Library) -> Signature:
         confidence=0.85, versions="any build that links it")
 
 
+_FIND_PACKAGE = f"installed:cmake FindPackageHandleStandardArgs.cmake (its failure message; {TRIGGERED})"
+
+
+def _cmake_package_missing(lib: Library) -> Signature:
+    return Signature(
+        id=f"{lib.key}-cmake-package-not-found", symptom="install",
+        patterns=(rf"Could NOT find (?:{lib.cmake}) \(missing:",),
+        cause=f"CMake's find_package for {lib.name} found none of the files behind the variables the line lists "
+              "(missing: ...): those names are CMake variables, set on the cmake command line (-DNAME=...) or by the "
+              "find module from what it searches; an environment variable of the same name is read only where the "
+              "find module reads $ENV{NAME}.",
+        fix=f"{lib.cmake_hints}; or give CMake the variables themselves (-D... on its command line); " + lib.fix,
+        source=_FIND_PACKAGE,
+        emitted=(f"  Could NOT find {lib.cmake.split('|')[0]} (missing: {lib.key.upper().replace('-', '_')}_INCLUDE_DIR "
+                 f"{lib.key.upper().replace('-', '_')}_LIBRARY)",),
+        confidence=0.85, versions="CMake 3.x (FindPackageHandleStandardArgs)")
+
+
 SIGNATURES = (tuple(_missing_header(lib) for lib in LIBRARIES)
+              + tuple(_cmake_package_missing(lib) for lib in LIBRARIES if lib.cmake)
               + tuple(_missing_library(lib) for lib in LIBRARIES if lib.sonames)
               + tuple(_link_library_missing(lib) for lib in LIBRARIES if lib.sonames)
               + tuple(_missing_symbol(lib) for lib in LIBRARIES if lib.symbols))

@@ -85,6 +85,82 @@ TE_NO_ATTENTION_BACKEND = Signature(
     versions="'No dot product attention backend is available ...': Transformer Engine 2.2 to 2.18; 'No dot product "
              "attention support for the provided inputs!': 1.12 to 2.1 (1.9 to 1.11 raise it as a plain Exception)")
 
+TE_CUDNN_ATTENTION_REFUSED = Signature(
+    id="te-cudnn-fused-attention-refused", symptom="config-error",
+    patterns=(r"fused_attn\w*/\S+:\d+ in function [^:]+: cuDNN Error: (?!execute\()",),
+    cause="Transformer Engine chose its cuDNN fused attention (FusedAttention) for these inputs, and cuDNN refused to "
+          "build or run the attention graph: the message after 'cuDNN Error:' is cuDNN's limit for this shape on "
+          "this GPU with this cuDNN (a head dim - Megatron's kv_channels -, a sequence length, a mask, bias or "
+          "dropout, a dtype, or a pass: some cases run forward but not backward). Transformer Engine's own support "
+          "check let the case through, so its check and the installed cuDNN disagree. (A graph cuDNN built and then failed to "
+          "execute - 'execute(...) failed with message: err N' - is a crash in its kernel, named as the check it is.)",
+    fix="let Transformer Engine pick another backend for the case: NVTE_FUSED_ATTN=0 (FlashAttention, else unfused "
+        "attention; Megatron-Core: attention_backend=flash or unfused); or install the cuDNN release that supports "
+        "it (newer cuDNN 9.x widened the head dims and masks of fused attention) with a Transformer Engine built for "
+        "it; or change the shape the message names",
+    source=github_blob(TE_AT, "transformer_engine/common/util/logging.h") + "#L81-L91",
+    emitted=("RuntimeError: /opt/TransformerEngine/transformer_engine/common/fused_attn/"
+             "fused_attn_f16_arbitrary_seqlen.cu:639 in function operator(): cuDNN Error: Num hidden_dim shoud be less "
+             "than 128 and hidden_dim should be multiple of 8. For more information, enable cuDNN error logging by "
+             "setting CUDNN_LOGERR_DBG=1 and CUDNN_LOGDEST_DBG=stderr in the environment.",),
+    quote='      NVTE_ERROR("cuDNN Error: ", error.err_msg,                     \\',
+    quoted_at=f"{TE_AT}:transformer_engine/common/util/logging.h:85",
+    confidence=0.8, versions="Transformer Engine 1.x to 2.18 (NVTE_CHECK_CUDNN_FE)")
+
+
+_TE_BEFORE_MLA = "NVIDIA/TransformerEngine@27c6342ea8ad88034bf04b587dd13cb6088d2474"
+"""Transformer Engine just before multi-latent attention support (PR #1039, first in v1.10)."""
+
+TE_ATTENTION_BEFORE_MLA = Signature(
+    id="te-attention-needs-equal-kv-head-dims", symptom="config-error",
+    patterns=(r"Keys and values must have the same shape!",),
+    cause="Transformer Engine before 1.10 runs DotProductAttention only on keys and values of the same shape, and the "
+          "model gives them different head dims: multi-latent attention (DeepSeek-V2 / V3, Kimi-K2: a QK head dim of "
+          "qk_head_dim + qk_pos_emb_head_dim, 192, against a V head dim of v_head_dim, 128). Support for unequal K / V "
+          "head dims came with Transformer Engine 1.10 (MLA, PR #1039).",
+    fix="use Transformer Engine 1.10 or newer (the pinned Megatron-Core 0.19.2 wants 2.x), or pad V to the QK head dim "
+        "before the attention call",
+    source=github_blob(_TE_BEFORE_MLA, "transformer_engine/pytorch/attention.py") + "#L5631",
+    emitted=("AssertionError: Keys and values must have the same shape!",),
+    excerpts=(f"{_TE_BEFORE_MLA}:transformer_engine/pytorch/attention.py:5631-5631",),
+    confidence=0.85, versions="Transformer Engine 0.x to 1.9")
+
+GRAD_BUCKET_NOT_ISSUED = Signature(
+    id="grad-bucket-never-issued", symptom="config-error",
+    patterns=(r"Communication call has not been issued for this bucket",),
+    cause="With overlap_grad_reduce, Megatron-Core's DDP issues each gradient bucket's reduce-scatter / all-reduce "
+          "from the backward hooks of its parameters, once every parameter of the bucket has its gradient; a parameter "
+          "that requires grad but took no part in the forward pass never gets one, so its bucket is never issued and "
+          "finish_grad_sync asserts (the message counts the parameters that had their gradient). Usually a module or "
+          "parameter added to the model but not used in forward (a custom layer, an unused expert path, a frozen part "
+          "left requires_grad=True), or one used on some ranks or steps only.",
+    fix="use every parameter that requires grad in forward, or set requires_grad=False on those that are not used "
+        "(freeze them before the DDP wrapper is built); or turn ddp.overlap_grad_reduce off (the synchronous path "
+        "does not wait on hooks)",
+    source="installed:megatron/core/distributed/param_and_grad_buffer.py",
+    emitted=("AssertionError: Communication call has not been issued for this bucket (3/4 params have grad "
+             "available)",),
+    confidence=0.85, versions="megatron-core's DDP with overlap_grad_reduce (the installed 0.19.2 adds the count of "
+                                "parameters that had their gradient)")
+
+TE_USERBUFFERS_NOT_INITIALIZED = Signature(
+    id="te-userbuffers-not-initialized", symptom="config-error",
+    patterns=(r"\b(?i:UB[ _]manager (?:is )?not initiali[sz]ed)",),
+    cause="A Transformer Engine layer built for TP communication overlap (ub_overlap_*: Megatron's tp_comm_overlap, "
+          "NeMo's ub_tp_comm_overlap) asked for its userbuffers communicator, but TE's initialize_ub never created "
+          "them: overlap was switched on in the layers without the initialisation that allocates the buffers "
+          "(Megatron-Bridge does it in training/initialize.py _initialize_tp_communicators when "
+          "model.tp_comm_overlap is set at start-up; a model built outside that path, or the flag set on the layers "
+          "after it, misses it).",
+    fix="turn TP communication overlap on through the framework's own setting before start-up (Megatron-Bridge: "
+        "comm_overlap.tp_comm_overlap / model.tp_comm_overlap, which calls initialize_ub with the sequence x micro "
+        "batch shape), or call transformer_engine.pytorch.initialize_ub(shape, tp_size, ...) before the model is "
+        "built; or turn it off (tp_comm_overlap=False)",
+    source=github_blob(TE_AT, "transformer_engine/pytorch/module/base.py") + "#L551-L558",
+    emitted=("RuntimeError: UB manager is not initialized.",),
+    excerpts=(f"{TE_AT}:transformer_engine/pytorch/module/base.py:551-558",),
+    confidence=0.85, versions="Transformer Engine 0.8 to 2.18 (get_ub)")
+
 ATTRIBUTE_ERROR = Signature(
     id="attribute-error", symptom="config-error", patterns=(),
     cause="An AttributeError ('CLASS' object has no attribute 'ATTR', module 'X' has no attribute 'Y') read against "
@@ -111,6 +187,10 @@ SIGNATURES = (
     NATIVE_CHECK,
     FAILED_ASSERT,
     TE_NO_ATTENTION_BACKEND,
+    TE_CUDNN_ATTENTION_REFUSED,
+    TE_USERBUFFERS_NOT_INITIALIZED,
+    TE_ATTENTION_BEFORE_MLA,
+    GRAD_BUCKET_NOT_ISSUED,
     ATTRIBUTE_ERROR,
     _assert("overlap-needs-expert-parallel",
             "overlap_moe_expert_parallel_comm is only supported with expert model parallelism",
@@ -323,6 +403,18 @@ NAME_NOT_DEFINED = Signature(
     versions="55% with the raising frame in the log, 45% without")
 
 SIGNATURES += (NAME_NOT_DEFINED,)
+
+UNPACK_MISMATCH = Signature(
+    id="unpack-mismatch", symptom="config-error", patterns=(),
+    cause="ValueError: too many / not enough values to unpack: the caller unpacks a call's result into another number "
+          "of names than the call gives, read against what the installed Megatron-Core / Megatron-Bridge function of "
+          "that name gives (its NamedTuple or tuple): caller and callee are from different releases.",
+    fix="run the caller with the release it was written for, or unpack what the run's release gives",
+    source="installed:mbridge_ep_overlap/diagnose/unpacking.py (Python's unpacking ValueError raised in its test)",
+    emitted=(), confidence=0.6, found_by="unpacking",
+    versions="60% where an installed function of the called name says what it gives, 40% otherwise")
+
+SIGNATURES += (UNPACK_MISMATCH,)
 
 KERNEL_LIMIT = Signature(
     id="kernel-limit", symptom="config-error", patterns=(),

@@ -99,6 +99,81 @@ SIGNATURES += (
         excerpts=(_TE_FP8_SUPPORT,), confidence=0.95, versions="Transformer Engine 0.7 to 2.18"),
 )
 
+_TE_BEFORE_2_9 = "NVIDIA/TransformerEngine@b840898b75162bce68fbc3c9c8234b6f23dcdbff"
+"""Transformer Engine just before FP8 block scaling came to Blackwell (PR #2157, first in v2.9)."""
+_TE_RECIPE_SUPPORT = "transformer_engine/pytorch/quantization.py"
+_ON_12 = ("compute capability 12.x is the RTX-class Blackwell (RTX PRO 6000 and GeForce RTX 50 series 12.0, DGX "
+          "Spark's GB10 12.1), not the data-centre B200 / GB200 (10.0) or B300 / GB300 (10.3)")
+
+SIGNATURES += (
+    Signature(
+        id="te-mxfp8-not-on-compute-capability-12", symptom="hardware",
+        patterns=(r"MXFP8 \(for all gemm layouts\) is not supported on 12\.0\+ architectures",),
+        cause="The MXFP8 recipe (MXFP8BlockScaling, Megatron's fp8_recipe='mxfp8') on a GPU of compute capability "
+              f"12.x: Transformer Engine has no MXFP8 GEMMs there and refuses the recipe ({_ON_12}).",
+        fix="on this GPU use a tensor-wise FP8 recipe (fp8_recipe='tensorwise' current scaling or 'delayed', "
+            "compute capability 8.9 and newer) or bf16; run MXFP8 on B200 / B300 / GB200 / GB300",
+        source=github_blob(TE_AT, _TE_RECIPE_SUPPORT) + "#L164-L165",
+        emitted=("AssertionError: MXFP8 (for all gemm layouts) is not supported on 12.0+ architectures yet.",),
+        excerpts=(f"{TE_AT}:{_TE_RECIPE_SUPPORT}:162-168",), confidence=0.95, rule="block-scaled-recipe-on-gpu",
+        versions="Transformer Engine 2.6 to 2.18 (fp8.py before 2.9, quantization.py after)"),
+    Signature(
+        id="te-mxfp8-needs-compute-capability-10", symptom="hardware",
+        patterns=(r"Device compute capability 10\.0 or higher required for MXFP8 execution",),
+        cause="The MXFP8 recipe (MXFP8BlockScaling, Megatron's fp8_recipe='mxfp8') on a GPU before Blackwell: MXFP8's "
+              "block-scaled GEMMs are a Tensor Core feature of compute capability 10.x (B200 / GB200 10.0, B300 / "
+              "GB300 10.3), so Transformer Engine refuses it on Hopper (H100 / H200 9.0), Ada and older.",
+        fix="on Hopper use fp8_recipe='blockwise' (FP8 with 1x128 / 128x128 scales, CUDA 12.9 or newer), "
+            "'tensorwise' or 'delayed', or bf16 - NVIDIA's H100 perf recipes use FP8 current scaling where the "
+            "Blackwell ones use MXFP8; run MXFP8 on B200 / B300 / GB200 / GB300",
+        source=github_blob(TE_AT, _TE_RECIPE_SUPPORT) + "#L168",
+        emitted=("AssertionError: Device compute capability 10.0 or higher required for MXFP8 execution.",),
+        excerpts=(f"{TE_AT}:{_TE_RECIPE_SUPPORT}:162-168",), confidence=0.95, rule="block-scaled-recipe-on-gpu",
+        versions="Transformer Engine 2.0 to 2.18"),
+    Signature(
+        id="te-nvfp4-needs-compute-capability-10", symptom="hardware",
+        patterns=(r"Device compute capability 10\.0 or higher required for NVFP4 execution",),
+        cause="The NVFP4 recipe (NVFP4BlockScaling, Megatron's fp4 settings) on a GPU before Blackwell: FP4 Tensor Cores "
+              "exist from compute capability 10.x (B200 / GB200, B300 / GB300) on, so Transformer Engine refuses NVFP4 "
+              "on Hopper and older.",
+        fix="run NVFP4 on B200 / B300 / GB200 / GB300; on Hopper use an FP8 recipe (blockwise, tensorwise, delayed) or "
+            "bf16",
+        source=github_blob(TE_AT, _TE_RECIPE_SUPPORT) + "#L175",
+        emitted=("AssertionError: Device compute capability 10.0 or higher required for NVFP4 execution.",),
+        excerpts=(f"{TE_AT}:{_TE_RECIPE_SUPPORT}:171-175",), confidence=0.95, rule="block-scaled-recipe-on-gpu",
+        versions="Transformer Engine 2.8 to 2.18"),
+    Signature(
+        id="te-fp8-block-scaling-needs-cuda-12-9", symptom="hardware",
+        patterns=(r"FP8 block scaled GEMM requires (?:Hopper|compute capability 9\.0 or higher) and CUDA >= 12\.9",),
+        cause="The FP8 block-scaling recipe (Float8BlockScaling, Megatron's fp8_recipe='blockwise', DeepSeek-V3 style "
+              "1x128 / 128x128 scales) needs a GPU of compute capability 9.0 or newer and a torch built for CUDA 12.9 or "
+              "newer (Transformer Engine tests torch.version.cuda, not the driver): one of the two is missing. Before "
+              "Transformer Engine 2.9 the recipe ran on Hopper alone ('requires Hopper'), so Blackwell GPUs were "
+              "refused too.",
+        fix="check both: python -c 'import torch; print(torch.version.cuda, torch.cuda.get_device_capability())'; a "
+            "torch built for CUDA 12.8 or older (cu126 / cu128 wheels) needs a cu129 / cu130 build (and a Transformer "
+            "Engine built for it); on Blackwell with Transformer Engine before 2.9 upgrade it or use MXFP8",
+        source=github_blob(TE_AT, _TE_RECIPE_SUPPORT) + "#L178-L185",
+        emitted=("AssertionError: FP8 block scaled GEMM requires compute capability 9.0 or higher and CUDA >= 12.9.",
+                 "AssertionError: FP8 block scaled GEMM requires Hopper and CUDA >= 12.9."),
+        excerpts=(f"{TE_AT}:{_TE_RECIPE_SUPPORT}:178-185", f"{_TE_BEFORE_2_9}:transformer_engine/pytorch/fp8.py:65-73"),
+        confidence=0.9, rule="block-scaled-recipe-on-gpu",
+        versions="'compute capability 9.0 or higher': Transformer Engine 2.9 to 2.18; 'Hopper': 2.3 to 2.8"),
+)
+
+CAPABILITY_GATE = Signature(
+    id="capability-gate", symptom="hardware", patterns=(),
+    cause="A library refused a feature on the run's platform ('... is not supported on ROCm / 12.0+ architectures', "
+          "'... requires Hopper', '... is only supported on sm_90a'): the GPU architecture or the software stack is "
+          "outside what the feature supports; no configuration value makes it run there.",
+    fix="turn the feature off on this platform (the setting or recipe that enables it) or run it on one it supports",
+    source="installed:mbridge_ep_overlap/diagnose/capability_gates.py (the library's own words)", emitted=(),
+    confidence=0.6, found_by="capability-gate",
+    versions="any library's 'not supported on' / 'requires' / 'only supported on' line naming a GPU architecture, a "
+             "compute capability, an sm_NN target or ROCm")
+
+SIGNATURES += (CAPABILITY_GATE,)
+
 _NVSHMEM_IBGDA = "installed:nvidia/nvshmem/lib/nvshmem_transport_ibgda.so.3"
 
 SIGNATURES += (
