@@ -319,3 +319,19 @@ def test_short_frames_listed_under_the_error_choose_the_installed_file():
     assert d.cause_ids[0].startswith("upstream-check:megatron/core/transformer/multi_token_prediction.py:"), d.cause_ids
     alone = diagnose(["-"], stdin=io.BytesIO(b"ValueError: Invalid activation recompute method.\n"))
     assert alone.cause_ids[0].startswith("upstream-check:")  # without them: some installed check of those words
+
+
+def test_a_value_the_installed_choice_does_not_accept_names_the_release_that_knows_it():
+    """An if / elif chain over string values: the run's value is none of them. Installed Megatron-Bridge 0.6.2's
+    DeepSeek-V4 bridge names 'dsv4_hybrid', which the installed Megatron-Core 0.19.2's spec chooser refuses."""
+    from megatron.core.models.gpt import experimental_attention_variant_module_specs as specs
+
+    src = Path(specs.__file__).read_text()
+    assert 'f"Invalid experimental attention variant: {config.experimental_attention_variant}"' in src
+    known = diagnose(["-"], stdin=io.BytesIO(b"ValueError: Invalid experimental attention variant: dsv4_hybrid\n"))
+    cause = known.findings[0].signature.cause
+    assert "The run's value 'dsv4_hybrid' is none of those the installed megatron-core" in cause
+    assert "('gated_delta_net', 'dsa')" in cause and "megatron/bridge/models/deepseek/" in cause
+    assert "version skew" in cause and "'dsv4_hybrid'" in known.findings[0].signature.fix
+    nowhere = diagnose(["-"], stdin=io.BytesIO(b"ValueError: Invalid experimental attention variant: no_such_one\n"))
+    assert "no installed Megatron package uses it" in nowhere.findings[0].signature.cause

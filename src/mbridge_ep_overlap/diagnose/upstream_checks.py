@@ -244,6 +244,18 @@ def _signature(e: RaisedError, match: upstream_source.Match):
     cause = f"The check at {c.where} requires {c.condition}" + (f", where {'; '.join(computed)}" if computed else "") + (
         "." if match.exact else " (the nearest check in the installed source: the run's version words it differently).")
     fix = rule.fix if rule else f"change the configuration so that {c.condition} holds (the check at {c.where})"
+    if match.exact and (unknown := unknown_choice(e.message, c)) is not None:
+        value, allowed, users = unknown
+        version = upstream_source.installed_version(c.file)
+        cause += (f" The run's value {value!r} is none of those the installed {version} accepts here "
+                  f"({', '.join(map(repr, allowed))}): "
+                  + (f"the installed {users[0][0]} names it ({users[0][1]}), so that code needs a newer release of "
+                     f"the package whose check refuses it than {version}: the config comes from a release that "
+                     "knows the value, the check from one that does not (a version skew)." if users else
+                     "no installed Megatron package uses it, so it belongs to a release the run's config or recipe "
+                     "was written for and this one is not (or it is a typo)."))
+        fix = (f"use a value the installed {version} accepts ({', '.join(map(repr, allowed))}), or run the release "
+               f"that knows {value!r} with the Megatron-Bridge / Megatron-Core it pairs with")
     if c.kind == upstream_source.WARNED:
         version = upstream_source.installed_version(c.file)
         cause = (f"The run's version raised {e.kind} here where the installed {version} only warns "
@@ -256,6 +268,56 @@ def _signature(e: RaisedError, match: upstream_source.Match):
         UPSTREAM_CHECK, id=f"{UPSTREAM_CHECK.id}:{c.where}", cause=cause, fix=fix,
         source=f"installed:{c.where}", emitted=(c.literal,), versions=versions,
         confidence=EXACT_CONFIDENCE if match.exact else NEAREST_CONFIDENCE, rule=rule.id if rule else None)
+
+
+def unknown_choice(message: str, check: upstream_source.Check) -> tuple[str, list[str], list[tuple[str, str]]] | None:
+    """(the run's value, the string values the check accepts, [(package, where) of installed code that uses the value])
+    when the check is a choice among string literals (``X == 'a' or X == 'b'``, ``X in ('a', 'b')``, an if / elif
+    chain's else) and its one placeholder in the message holds a value none of them is; None otherwise."""
+    allowed = _string_choices(check.condition)
+    prefix, sep, suffix = check.literal.partition("...")
+    if not allowed or not sep or "..." in suffix:
+        return None
+    text = message.strip()
+    if not text.startswith(prefix) or not text.endswith(suffix) or len(text) <= len(prefix) + len(suffix):
+        return None
+    value = text[len(prefix):len(text) - len(suffix)].strip().strip("'\"")
+    if not re.fullmatch(r"[\w.+-]{1,64}", value) or value in allowed:
+        return None
+    users = []
+    quoted = (f'"{value}"', f"'{value}'")
+    for rel, source in upstream_source.sources():
+        if rel != check.file and any(q in source for q in quoted):
+            line = next(i for i, s in enumerate(source.splitlines(), 1) if any(q in s for q in quoted))
+            users.append((upstream_source.installed_version(rel), f"{rel}:{line}"))
+            break
+    return value, allowed, users
+
+
+def _string_choices(condition: str) -> list[str]:
+    import ast
+
+    try:
+        node = ast.parse(condition, mode="eval").body
+    except SyntaxError:
+        return []
+    parts = node.values if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) else [node]
+    out, subject = [], None
+    for p in parts:
+        if not (isinstance(p, ast.Compare) and len(p.ops) == 1):
+            return []
+        left, op, right = ast.unparse(p.left), p.ops[0], p.comparators[0]
+        if subject not in (None, left):
+            return []
+        subject = left
+        if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and isinstance(right.value, str):
+            out.append(right.value)
+        elif isinstance(op, ast.In) and isinstance(right, (ast.Tuple, ast.List, ast.Set)) and all(
+                isinstance(x, ast.Constant) and isinstance(x.value, str) for x in right.elts):
+            out += [x.value for x in right.elts]
+        else:
+            return []
+    return out
 
 
 def _detail(e: RaisedError, match: upstream_source.Match) -> list[str]:
