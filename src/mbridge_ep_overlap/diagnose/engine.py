@@ -47,7 +47,8 @@ split apart, a checkpoint's MoE expert layout, a pickled class the installed rel
 missing from a lookup table (``mismatches``); an upstream check's tested sizes as the installed code computes them
 (``upstream_source.operands``); a call's result unpacked into another number of names than the installed function of
 that name gives (``unpacking``); a feature a library refuses on the run's platform, in its own words
-(``capability_gates``, before the upstream lookup).
+(``capability_gates``, before the upstream lookup); a checkpoint whose tensors do not have the model's shapes, by part,
+dimension and factor (``state_dict_shapes``).
 Findings are ranked: specific before generic, then by confidence, then by how many lines matched.
 Two or more PATHs that each hold iteration lines are also compared as runs (first = reference): a
 candidate not faster than the reference is a no-speed-up finding, with the reasons the facts give;
@@ -67,7 +68,7 @@ from typing import BinaryIO
 
 from ..base import run_files
 from . import (attention_backends, attribute_errors, capability_gates, collective_stacks, compile_errors, conversion, crashes, device_links,
-               divisibility, kernel_limits, mismatches, rank_norms, unpacking,
+               divisibility, kernel_limits, mismatches, rank_norms, state_dict_shapes, unpacking,
                error_directives, extension_calls, flight_recorder, import_errors, launcher, memory, name_errors,
                native_checks, none_sections, passed_keywords, prediction, pyspy, runtime_errors, schedule,
                static_asserts, timeouts, type_errors, upstream_checks, upstream_fallbacks)
@@ -127,6 +128,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     mismatched_sizes = mismatches.Mismatches()
     unpacked = unpacking.Unpacking()
     gated = capability_gates.CapabilityGates()
+    loaded = state_dict_shapes.StateDictShapes()
     suspicious: deque[str] = deque(maxlen=MAX_SUSPICIOUS)
     crash_text: dict[str, str] = {}
     per_path_series = {p: IterationSeries() for p in paths} if len(paths) >= 2 else {}
@@ -171,6 +173,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
             mismatched_sizes.feed(text, where)
             unpacked.feed(text, where)
             gated.feed(text, where)
+            loaded.feed(text, where)
             if owner in per_path_series:
                 per_path_series[owner].feed(text, where)
             if SUSPICIOUS.search(text) and not _ITER_LINE.search(text):
@@ -216,6 +219,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _merge(findings, name_errors.findings(_unnamed(undefined.errors, lambda e: e.text, findings)))
     _merge(findings, unpacking.findings(_unnamed(unpacked.errors, lambda e: e.text, findings)))
     _merge(findings, capability_gates.findings(_unnamed(gated.lines, lambda g: g.text, findings)))
+    _merge(findings, state_dict_shapes.findings(loaded))
     _upstream(raised, findings)
     _sizes(sizes, findings)  # after the upstream lookup: a check it names gets the values that would divide
     _limits(limits, findings)  # after the native and upstream checks: one of them gets the quantity and its field

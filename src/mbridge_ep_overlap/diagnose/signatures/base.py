@@ -44,7 +44,8 @@ FOUND_BY = ("patterns", "numerics", "flight-recorder", "watchdog", "facts", "cra
             "attribute-error", "py-spy", "launcher", "import-error", "runtime-error", "static-assert", "type-error",
             "passed-keyword", "extension-call", "error-directive", "device-link",
             "none-section", "divisibility", "name-error", "kernel-limit", "value-check", "header-api", "ptxas",
-            "conversion", "rank-norms", "mismatch", "unpacking", "capability-gate")
+            "conversion", "rank-norms", "mismatch", "unpacking", "capability-gate",
+            "state-dict-shape")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -416,6 +416,21 @@ UNPACK_MISMATCH = Signature(
 
 SIGNATURES += (UNPACK_MISMATCH,)
 
+STATE_DICT_SHAPE = Signature(
+    id="state-dict-shape", symptom="config-error", patterns=(),
+    cause="A checkpoint's tensors do not have the model's shapes (torch's load_state_dict: 'size mismatch for NAME: "
+          "copying a param with shape ... from checkpoint, the shape in current model is ...'): per part of the model, "
+          "the dimension that differs and by what factor - a tensor split k ways against a whole one, a gated FC1 "
+          "against an ungated one, another padded vocabulary, another model size.",
+    fix="build the model with the sizes the checkpoint was saved with (the config that wrote it; for a checkpoint that "
+        "is not a distributed one, the same tensor / expert parallel sizes), or convert the checkpoint to this "
+        "model's layout (Megatron-Bridge's converters, a distributed checkpoint that reshards on load)",
+    source="installed:torch/nn/modules/module.py (load_state_dict's size-mismatch message, raised in its test)",
+    emitted=(), confidence=0.7, found_by="state-dict-shape",
+    versions="torch 1.x to 2.11 (Module._load_from_state_dict)")
+
+SIGNATURES += (STATE_DICT_SHAPE,)
+
 KERNEL_LIMIT = Signature(
     id="kernel-limit", symptom="config-error", patterns=(),
     cause="A kernel or library check says the run's value is outside what it was built for: 'Unsupported WHAT[: VALUE]' "
