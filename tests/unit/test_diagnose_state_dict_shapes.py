@@ -53,3 +53,19 @@ def test_each_part_is_named_with_its_dimension_and_factor():
 def test_a_tensor_of_another_rank_is_another_layout():
     m = state_dict_shapes.Mismatch("-:1", "decoder.layers.0.mlp.experts.weight1", (8, 16, 4), (128, 4))
     assert "another layout of the tensor" in state_dict_shapes._reason(m)
+
+
+def test_megatron_cores_distributed_checkpoint_mismatch_is_a_config_size_not_a_split():
+    from pathlib import Path
+
+    from megatron.core.dist_checkpointing.strategies import torch as dist_torch
+
+    src = Path(dist_torch.__file__).read_text()
+    assert "f'Global shape mismatch for loaded ({loaded_shape})'" in src
+    assert "f' and expected ({expected_shape}) tensor'" in src and "f' for key {sh_ten.key}'" in src
+    loaded, expected, key = torch.Size([64, 2048]), (128, 2048), "decoder.layers.mlp.router.weight"
+    text = f"CheckpointingException: Global shape mismatch for loaded ({loaded}) and expected ({expected}) tensor for key {key}\n"
+    top = diagnose(["-"], stdin=io.BytesIO(text.encode())).findings[0]
+    assert top.signature.id == "state-dict-shape"
+    assert "dimension 0: 64 saved, 128 in the model (the model's is 2x the other)" in top.signature.cause
+    assert "the same under any parallel layout" in top.signature.cause and "split 2 ways" not in top.signature.cause

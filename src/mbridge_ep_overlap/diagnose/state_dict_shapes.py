@@ -5,7 +5,9 @@ Contract
 --------
 ``StateDictShapes.feed(text, where)`` keeps (at most ``MAX_PARAMS``) each ``size mismatch for NAME: copying a param
 with shape torch.Size([...]) from checkpoint, the shape in current model is torch.Size([...])`` line (torch's
-``Module._load_from_state_dict``; a tab, torchrun's ``[rankN]:`` and a line holding several of them allowed).
+``Module._load_from_state_dict``; a tab, torchrun's ``[rankN]:`` and a line holding several of them allowed), and
+Megatron-Core's distributed checkpoint's ``Global shape mismatch for loaded (...) and expected (...) tensor for key
+KEY`` (``GLOBAL``: whole-tensor shapes, so a factor there is a config size, not a split).
 ``findings(shapes)`` gives one ``state-dict-shape`` finding (``STATE_DICT_SHAPE``, ``signatures.config_error``) for the
 load: how many tensors differ, and for each part of the model (``PARTS``: the word embedding and output layer, the
 attention projections, the MLP / expert FC1 and FC2, the router, norms) the first mismatch's dimension, the two sizes
@@ -30,6 +32,10 @@ MAX_PARAMS = 64
 SHOWN = 4
 LINE = re.compile(r"size mismatch for (?P<name>[\w.]+): copying a param with shape torch\.Size\(\[(?P<saved>[\d, ]*)\]\) "
                   r"from checkpoint, the shape in current model is torch\.Size\(\[(?P<model>[\d, ]*)\]\)")
+GLOBAL = re.compile(r"Global shape mismatch for loaded \((?:torch\.Size\(\[)?(?P<saved>[\d, ]*)(?:\]\))?\) and expected "
+                    r"\(\((?P<model>[\d, ]*)\)\) tensor for key (?P<name>[\w./-]+)")
+"""Megatron-Core's distributed checkpoint (``dist_checkpointing/strategies/torch.py`` ``_validate_global_shapes``): the
+shapes are the whole tensors', the same under any parallel layout."""
 PARTS = (
     ("word_embeddings", "the word embedding", "vocab"),
     ("output_layer", "the output layer", "vocab"),
@@ -56,6 +62,8 @@ class Mismatch:
     name: str
     saved: tuple[int, ...]
     model: tuple[int, ...]
+    whole: bool = False
+    """Megatron-Core's distributed checkpoint: global shapes, independent of the parallel layout."""
 
     @property
     def part(self) -> tuple[str, str]:
@@ -68,14 +76,15 @@ class StateDictShapes:
         self.mismatches: list[Mismatch] = []
 
     def feed(self, text: str, where: str) -> None:
-        if "size mismatch for" not in text:
+        if "size mismatch for" not in text and "Global shape mismatch" not in text:
             return
-        for m in LINE.finditer(text):
-            if len(self.mismatches) >= MAX_PARAMS:
-                return
-            saved, model = (tuple(int(x) for x in g.split(",") if x.strip()) for g in (m["saved"], m["model"]))
-            if all(o.name != m["name"] for o in self.mismatches):
-                self.mismatches.append(Mismatch(where, m["name"], saved, model))
+        for whole, form in ((False, LINE), (True, GLOBAL)):
+            for m in form.finditer(text):
+                if len(self.mismatches) >= MAX_PARAMS:
+                    return
+                saved, model = (tuple(int(x) for x in g.split(",") if x.strip()) for g in (m["saved"], m["model"]))
+                if all(o.name != m["name"] for o in self.mismatches):
+                    self.mismatches.append(Mismatch(where, m["name"], saved, model, whole))
 
     def finish(self) -> None:
         """Counted across every source: one load."""
@@ -99,11 +108,16 @@ def _reason(m: Mismatch) -> str:
     bigger = "saved" if ratio > 1 else "model's"
     if kind == "fc1" and ratio in (2, Fraction(1, 2)) and i == 0:
         return (f"{said} (x{ratio if ratio > 1 else 1 / ratio}): a gated FC1 (SwiGLU / GLU: gated_linear_unit, two "
-                "halves) against an ungated one, or ffn_hidden_size twice apart, or a 2-way split against a whole one")
+                "halves) against an ungated one, or ffn_hidden_size twice apart"
+                + ("" if m.whole else ", or a 2-way split against a whole one"))
     if kind == "vocab" and i == 0:
         return (f"{said}: the padded vocabulary differs - another tokenizer or vocab_size, or the padding "
                 "(make_vocab_size_divisible_by x tensor-parallel size) of another layout"
                 + (f"; the {bigger} is {k}x the other: one side is a {k}-way tensor-parallel shard" if k else ""))
+    if k is not None and k > 1 and m.whole:
+        return (f"{said} (the {bigger} is {k}x the other): the distributed checkpoint's shapes are the whole "
+                f"tensors', the same under any parallel layout, so the model config sets that size {k}x apart (an "
+                "expert count, ffn / hidden size, heads or groups)")
     if k is not None and k > 1:
         return (f"{said} (the {bigger} is {k}x the other): a tensor split {k} ways (tensor / expert parallel) "
                 f"against a whole one, or the size that dimension holds set {k}x apart")
