@@ -16,7 +16,7 @@ named now, computed, and the judged hit) and on the third (``failure_reports_uns
 the Transformer Engine, NVSHMEM and build signatures written from it) and on the fourth (``failure_reports_unseen4``,
 *before* measured blind, with its judged hit in a ``hit_before`` column), the fifth and the sixth
 (``failure_reports_unseen5``,
-``failure_reports_unseen6`` to ``failure_reports_unseen14``, the same). A corpus label ``upstream-check:FILE``
+``failure_reports_unseen6`` to ``failure_reports_unseen15``, the same). A corpus label ``upstream-check:FILE``
 is met by the general upstream-check finding for a check in FILE (``upstream-check:FILE:LINE``: the line
 follows the installed version). The corpus folder is found beside this checkout
 (``tests/unit/fixtures/failure_reports``, labels in ``tests/unit/fixtures/corpus_causes.tsv``) or given.
@@ -43,8 +43,8 @@ FIXTURES = REPO / "tests" / "unit" / "fixtures"
 """Where each labelled set lives: ``failure_reports_<name>`` (``LABELLED_SETS``)."""
 READ_FROM = "2026-12-02"
 """From this date on the developer has read the holdout and every unseen set: their rates are no longer blind
-(unseen4's to unseen14's *before* columns are: each was measured before its set was read; unseen7 to unseen9 were
-read from 2026-12-03, unseen10 to unseen14 from 2026-12-04)."""
+(unseen4's to unseen15's *before* columns are: each was measured before its set was read; unseen7 to unseen9 were
+read from 2026-12-03, unseen10 to unseen15 from 2026-12-04)."""
 HEADER = ("<!-- Generated from the code by `python -m mbridge_ep_overlap.tools.gen_docs --write`: "
           "do not edit by hand. -->\n\n")
 
@@ -227,6 +227,10 @@ LABELLED_SETS = {
                             "call's result unpacked into another number of names, a feature refused on the run's "
                             "platform and TE's userbuffers used before initialize_ub were read, written from this set's "
                             "misses",
+                            blind=True, read_from="2026-12-04"),
+    "unseen15": LabelledSet("unseen15", "Fifteenth set collected apart from the signatures",
+                            "blind, on main 6ab7546 (after the readers written from the fourteenth set), before the set "
+                            "was read",
                             blind=True, read_from="2026-12-04"),
 }
 
