@@ -230,7 +230,9 @@ LABELLED_SETS = {
                             blind=True, read_from="2026-12-04"),
     "unseen15": LabelledSet("unseen15", "Fifteenth set collected apart from the signatures",
                             "blind, on main 6ab7546 (after the readers written from the fourteenth set), before the set "
-                            "was read",
+                            "was read; then torch's 16-byte GEMM alignment, the distributed optimizer's flattened-range "
+                            "checkpoint format and Transformer Engine's userbuffers without CUDA multicast were read, "
+                            "written from this set's misses",
                             blind=True, read_from="2026-12-04"),
 }
 

@@ -23,6 +23,7 @@ other package is named from that line (``raise_frames.named_assert``).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 from dataclasses import dataclass, field
@@ -295,8 +296,6 @@ def unknown_choice(message: str, check: upstream_source.Check) -> tuple[str, lis
 
 
 def _string_choices(condition: str) -> list[str]:
-    import ast
-
     try:
         node = ast.parse(condition, mode="eval").body
     except SyntaxError:

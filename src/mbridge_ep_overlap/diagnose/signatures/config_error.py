@@ -143,6 +143,39 @@ GRAD_BUCKET_NOT_ISSUED = Signature(
     confidence=0.85, versions="megatron-core's DDP with overlap_grad_reduce (the installed 0.19.2 adds the count of "
                                 "parameters that had their gradient)")
 
+_UB_MULTICAST_CAUSE = (
+    "Transformer Engine's userbuffers (TP communication overlap: Megatron's tp_comm_overlap) build their TP "
+    "communicators on CUDA multicast objects (NVLink SHARP through NVSwitch) where the device reports support, and "
+    "this GPU, driver or toolkit cannot: a GPU without NVSwitch multicast (PCIe boards), a driver or CUDA before "
+    "multicast (12.1+ with a recent driver and fabric manager), or a VM / container that hides it.")
+_UB_MULTICAST_FIX = ("launch with UB_SKIPMC=1 (userbuffers then exchange through CUDA IPC, without multicast), or turn "
+                     "TP communication overlap off (tp_comm_overlap=False); on an NVSwitch system check the driver, "
+                     "CUDA 12.1+ and that the fabric manager runs")
+
+TE_USERBUFFERS_NEED_MULTICAST = Signature(
+    id="te-userbuffers-need-multicast", symptom="hardware",
+    patterns=(r"does not support comm\+GEMM overlap with CUDA Multicast",),
+    cause=_UB_MULTICAST_CAUSE + " Transformer Engine checks it before building them and says so.",
+    fix=_UB_MULTICAST_FIX,
+    source=github_blob(TE_AT, "transformer_engine/pytorch/module/base.py") + "#L196-L201",
+    emitted=("RuntimeError: CUDA device, driver and/or toolkit version does not support comm+GEMM overlap with CUDA "
+             "Multicast. Launch app with UB_SKIPMC=1 to try CUDA IPC instead.",),
+    excerpts=(f"{TE_AT}:transformer_engine/pytorch/module/base.py:196-201",),
+    confidence=0.9, versions="Transformer Engine 2.x to 2.18 (initialize_ub checks device_supports_multicast)")
+
+TE_USERBUFFERS_MULTICAST_REFUSED = Signature(
+    id="te-userbuffers-multicast-refused", symptom="hardware",
+    patterns=(r"userbuffers[\w-]*\.cpp:\d+ in function create_communicator\w*: CUDA Error: operation not supported",),
+    cause=_UB_MULTICAST_CAUSE + " Releases before that check create the multicast object anyway and the CUDA call fails "
+                                "with 'operation not supported' in the communicator's creation.",
+    fix=_UB_MULTICAST_FIX,
+    source=github_blob(TE_AT, "transformer_engine/common/util/logging.h") + "#L57",
+    emitted=("RuntimeError: /opt/TransformerEngine/transformer_engine/pytorch/csrc/userbuffers/userbuffers-host.cpp:208 "
+             "in function create_communicator_grouped2: CUDA Error: operation not supported",),
+    quote='      NVTE_ERROR("CUDA Error: ", cudaGetErrorString(status_NVTE_CHECK_CUDA)); \\',
+    quoted_at=f"{TE_AT}:transformer_engine/common/util/logging.h:57",
+    confidence=0.8, versions="Transformer Engine 1.x (userbuffers in pytorch/csrc, before initialize_ub's check)")
+
 TE_USERBUFFERS_NOT_INITIALIZED = Signature(
     id="te-userbuffers-not-initialized", symptom="config-error",
     patterns=(r"\b(?i:UB[ _]manager (?:is )?not initiali[sz]ed)",),
@@ -189,6 +222,8 @@ SIGNATURES = (
     TE_NO_ATTENTION_BACKEND,
     TE_CUDNN_ATTENTION_REFUSED,
     TE_USERBUFFERS_NOT_INITIALIZED,
+    TE_USERBUFFERS_NEED_MULTICAST,
+    TE_USERBUFFERS_MULTICAST_REFUSED,
     TE_ATTENTION_BEFORE_MLA,
     GRAD_BUCKET_NOT_ISSUED,
     ATTRIBUTE_ERROR,
@@ -430,6 +465,45 @@ STATE_DICT_SHAPE = Signature(
     versions="torch 1.x to 2.11 (Module._load_from_state_dict)")
 
 SIGNATURES += (STATE_DICT_SHAPE,)
+
+GEMM_ALIGNMENT = Signature(
+    id="gemm-16-byte-alignment", symptom="config-error",
+    patterns=(r"strides should be multiple of 16 bytes",
+              r"Expected (?:trailing dimension of mat(?:_a|_b|1|2)|mat_b shape) to be divisible by 16"),
+    cause="torch's scaled and grouped matmuls (torch._scaled_mm, torch._scaled_grouped_mm, torch._grouped_mm: the FP8 "
+          "and grouped GEMMs of cuBLASLt / CUTLASS) need every stride and the trailing dimension 16-byte aligned - 16 "
+          "FP8 elements, 8 BF16 ones. In an MoE grouped GEMM each expert's group of tokens is a block of rows, so a "
+          "group whose token count is not a multiple of the alignment (tokens were not padded per expert), or a "
+          "hidden / FFN size that is not, makes the GEMM refuse.",
+    fix="pad each expert's token group to the alignment before the grouped GEMM (Megatron-Core: "
+        "moe_router_padding_for_quantization=True for FP8-class recipes; torchtitan: its token-group alignment size, "
+        "16 for FP8 and 32 for MXFP8), and keep hidden and FFN sizes multiples of 16",
+    source="installed:torch/lib/libtorch_cuda.so (ATen's scaled / grouped matmul checks)",
+    emitted=("RuntimeError: strides should be multiple of 16 bytes",
+             "RuntimeError: Expected trailing dimension of mat_a to be divisible by 16",
+             "RuntimeError: Expected mat_b shape to be divisible by 16"),
+    confidence=0.8, versions="torch 2.8 to 2.11 (the grouped and scaled matmuls)")
+
+SIGNATURES += (GEMM_ALIGNMENT,)
+
+FLATTENED_RANGE = Signature(
+    id="dist-optimizer-flattened-range-format", symptom="config-error",
+    patterns=(r"ShardedTensor\.flattened_range is not supported",),
+    cause="The distributed optimizer's state was built for a distributed checkpoint in the "
+          "'fully_sharded_model_space' format - Megatron-Core's default when the sharded-state-dict metadata names no "
+          "distrib_optim_sharding_type (DistributedOptimizer.sharded_state_dict), or named so - which cuts each "
+          "parameter's optimizer state into flattened ranges (ShardedTensor.flattened_range), a legacy layout the "
+          "installed dist_checkpointing refuses (mapping.py validate_metadata_integrity).",
+    fix="pass distrib_optim_sharding_type='dp_reshardable' (Megatron-Bridge's default) or 'fully_reshardable' "
+        "(Megatron-Bridge: checkpoint.dist_ckpt_optim_fully_reshardable=True) in the metadata given to the model's and "
+        "optimizer's sharded_state_dict; a framework that calls Megatron-Core's checkpointing itself must pass that "
+        "metadata",
+    source="installed:megatron/core/dist_checkpointing/mapping.py",
+    emitted=("megatron.core.dist_checkpointing.core.CheckpointingException: ShardedTensor.flattened_range is not "
+             "supported.",),
+    confidence=0.85, versions="megatron-core 0.19.2 (installed; the model-space format still builds flattened ranges)")
+
+SIGNATURES += (FLATTENED_RANGE,)
 
 KERNEL_LIMIT = Signature(
     id="kernel-limit", symptom="config-error", patterns=(),
