@@ -47,3 +47,12 @@ def test_a_library_row_that_names_the_same_line_comes_first():
 ])
 def test_lines_that_are_not_a_platform_refusal_are_not_named(line):
     assert not any(i.startswith("capability-gate") for i in run(line + "\n").cause_ids)
+
+
+@pytest.mark.parametrize("line", [
+    "UserWarning: FP8 attention is not supported on Hopper with cuDNN < 9.2, using bf16 attention",
+    "WARNING: cuda graph capture is not supported on ROCm; disabling",
+    "RuntimeError: fused kernel is not supported on sm_80, falling back to the unfused path",
+])
+def test_a_warning_or_a_fallback_is_not_a_cause(line):
+    assert not any(i.startswith("capability-gate") for i in run(line + "\n").cause_ids)

@@ -69,3 +69,20 @@ def test_megatron_cores_distributed_checkpoint_mismatch_is_a_config_size_not_a_s
     assert top.signature.id == "state-dict-shape"
     assert "dimension 0: 64 saved, 128 in the model (the model's is 2x the other)" in top.signature.cause
     assert "the same under any parallel layout" in top.signature.cause and "split 2 ways" not in top.signature.cause
+
+
+def test_odd_shapes_are_left_unread_not_raised_on():
+    for text in ("size mismatch for w: copying a param with shape torch.Size([1 2]) from checkpoint, the shape in "
+                 "current model is torch.Size([3]).",
+                 "size mismatch for w: copying a param with shape torch.Size([" + "9" * 5000 + "]) from checkpoint, the "
+                 "shape in current model is torch.Size([3]).",
+                 "Global shape mismatch for loaded (torch.Size([" + "9" * 5000 + "])) and expected ((3,)) tensor for key k"):
+        d = diagnose(["-"], stdin=io.BytesIO(text.encode()))
+        assert "state-dict-shape" not in d.cause_ids
+
+
+def test_a_global_vocabulary_mismatch_is_not_called_a_shard_and_shared_experts_are_named_apart():
+    vocab = state_dict_shapes.Mismatch("-:1", "embedding.word_embeddings.weight", (32000, 8), (128000, 8), whole=True)
+    assert "padded vocabulary" in state_dict_shapes._reason(vocab) and "shard" not in state_dict_shapes._reason(vocab)
+    shared = state_dict_shapes.Mismatch("-:1", "decoder.layers.0.mlp.shared_experts.linear_fc1.weight", (8, 4), (4, 4))
+    assert shared.part == ("the shared experts' FC1", "fc1")

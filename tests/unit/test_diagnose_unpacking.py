@@ -80,3 +80,23 @@ def test_a_function_no_installed_package_defines_is_named_from_the_callers_line_
     assert top.signature.id == "unpack-mismatch:local_triple"
     assert top.signature.confidence == unpacking.UNPLACED_CONFIDENCE
     assert "the caller was written for another release of the package that defines local_triple" in top.signature.cause
+
+
+def test_builtins_and_names_whose_installed_definitions_disagree_are_not_placed():
+    def caller():
+        table = {"a": (1, 2, 3)}
+        for k, v in table.values():
+            return k, v
+
+    top = run(_raised(caller)).findings[0]
+    assert top.signature.id == "unpack-mismatch:values" and top.signature.confidence == unpacking.UNPLACED_CONFIDENCE
+    assert unpacking.gives("items") == []
+    several = unpacking.gives("get_batch")
+    assert len({g.count for g in several}) > 1  # installed MCore / MB define get_batch with 6, 7 and 8 values
+    text = "    tokens, labels = get_batch(data_iterator)\nValueError: too many values to unpack (expected 2)\n"
+    assert run(text).findings[0].signature.confidence == unpacking.UNPLACED_CONFIDENCE
+
+
+def test_an_absurd_count_is_not_read():
+    text = "ValueError: not enough values to unpack (expected " + "9" * 5000 + ", got 2)\n"
+    assert not any(i.startswith("unpack-mismatch") for i in run(text).cause_ids)

@@ -335,3 +335,9 @@ def test_a_value_the_installed_choice_does_not_accept_names_the_release_that_kno
     assert "version skew" in cause and "'dsv4_hybrid'" in known.findings[0].signature.fix
     nowhere = diagnose(["-"], stdin=io.BytesIO(b"ValueError: Invalid experimental attention variant: no_such_one\n"))
     assert "no installed Megatron package uses it" in nowhere.findings[0].signature.cause
+
+
+def test_a_value_only_the_refusing_package_quotes_elsewhere_is_not_called_a_skew():
+    d = diagnose(["-"], stdin=io.BytesIO(b"ValueError: Invalid data_parallel_sharding_strategy: full\n"))
+    cause = d.findings[0].signature.cause
+    assert "The run's value 'full' is none of those" in cause and "no installed Megatron package uses it" in cause

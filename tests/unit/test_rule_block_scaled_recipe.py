@@ -34,6 +34,8 @@ def _refused(cfg, mixed: str, gpu: str, cc=None, te: str = "2.18.0") -> bool:
     ("bf16_with_fp8_subchannel_scaling_mixed", "a100", None, "2.18.0", True),
     ("bf16_with_fp8_subchannel_scaling_mixed", "b200", None, "2.18.0", False),
     ("bf16_with_fp8_subchannel_scaling_mixed", "b200", None, "2.8.0", True),  # 'requires Hopper' before TE 2.9
+    ("bf16_with_fp8_subchannel_scaling_mixed", "b200", None, "2.9.0.dev0+abc123", False),  # a 2.9 build has it
+    ("bf16_with_fp8_subchannel_scaling_mixed", "b200", None, "2.9.0rc1", False),
     ("bf16_with_fp8_current_scaling_mixed", "b200", (12, 0), "2.18.0", False),  # tensor-wise FP8 runs there
     ("bf16_mixed", "h100", None, "2.18.0", False),
 ])

@@ -3,7 +3,8 @@
 
 Contract
 --------
-``CapabilityGates.feed(text, where)`` keeps (at most ``MAX_LINES``) each error or warning line that says a feature is
+``CapabilityGates.feed(text, where)`` keeps (at most ``MAX_LINES``) each error line (not a warning, and not one that says
+it goes on without the feature: falling back, using, disabling, skipping, instead) that says a feature is
 not supported on, or needs, a platform of ``PLATFORMS`` (a GPU architecture by name, compute capability, ``sm_NN``
 target, or the ROCm / HIP stack), with the feature (the words before, from the line's message) and what was said
 (``refused``: not supported on it; ``needed``: only on it / requires it). ``findings(lines)`` gives one
@@ -35,7 +36,9 @@ FORMS = (
     ("needed", re.compile(r"(?P<feature>[\w.()/+ -]{3,90}?)\s+(?:requires?|needs?)\s+(?:a\s+)?" + _ARCH
                           + r"(?:\s+(?:GPUs?|or\s+(?:newer|later|higher)))?", re.IGNORECASE)),
 )
-_MESSAGE_START = re.compile(r"^.*?(?:\w(?:Error|Exception|Warning)|WARN(?:ING)?|ERROR|error)\s*:\s*")
+_MESSAGE_START = re.compile(r"^.*?(?:\w(?:Error|Exception)|ERROR|error)\s*:\s*")
+"""Errors only: a warning that says a feature is not supported here goes on without it (a fallback, not a cause)."""
+_GOES_ON = re.compile(r"(?i)\b(?:fall(?:ing)? ?back|using|disabling|disabled|skipping|ignor(?:ed|ing)|instead)\b")
 GPUS_OF = (
     (re.compile(r"^(?:rocm|hip|amd gpus?|mi\d{3}\w*)$", re.I),
      "rocm", "AMD GPUs under ROCm / HIP (MI250, MI300X, MI355X): the CUDA-only path has no ROCm build there"),
@@ -82,6 +85,8 @@ class CapabilityGates:
         if len(self.lines) >= MAX_LINES or (start := _MESSAGE_START.match(text)) is None:
             return
         message = text[start.end():].strip()[:300]
+        if _GOES_ON.search(message):
+            return
         for said, form in FORMS:
             if (m := form.search(message)) is not None:
                 feature = m["feature"].strip(" .,:;-")

@@ -30,10 +30,10 @@ from .signatures.config_error import STATE_DICT_SHAPE
 
 MAX_PARAMS = 64
 SHOWN = 4
-LINE = re.compile(r"size mismatch for (?P<name>[\w.]+): copying a param with shape torch\.Size\(\[(?P<saved>[\d, ]*)\]\) "
-                  r"from checkpoint, the shape in current model is torch\.Size\(\[(?P<model>[\d, ]*)\]\)")
-GLOBAL = re.compile(r"Global shape mismatch for loaded \((?:torch\.Size\(\[)?(?P<saved>[\d, ]*)(?:\]\))?\) and expected "
-                    r"\(\((?P<model>[\d, ]*)\)\) tensor for key (?P<name>[\w./-]+)")
+LINE = re.compile(r"size mismatch for (?P<name>[\w.]{1,300}): copying a param with shape torch\.Size\(\[(?P<saved>[\d, ]{0,200})\]\) "
+                  r"from checkpoint, the shape in current model is torch\.Size\(\[(?P<model>[\d, ]{0,200})\]\)")
+GLOBAL = re.compile(r"Global shape mismatch for loaded \((?:torch\.Size\(\[)?(?P<saved>[\d, ]{0,200})(?:\]\))?\) and expected "
+                    r"\(\((?P<model>[\d, ]{0,200})\)\) tensor for key (?P<name>[\w./-]{1,300})")
 """Megatron-Core's distributed checkpoint (``dist_checkpointing/strategies/torch.py`` ``_validate_global_shapes``): the
 shapes are the whole tensors', the same under any parallel layout."""
 PARTS = (
@@ -42,6 +42,9 @@ PARTS = (
     ("lm_head", "the output layer", "vocab"),
     ("embed_tokens", "the word embedding", "vocab"),
     ("router", "the MoE router", "experts"),
+    ("shared_experts.linear_fc1", "the shared experts' FC1", "fc1"),
+    ("shared_experts.linear_fc2", "the shared experts' FC2", "fc2"),
+    ("shared_experts", "the shared experts", "mlp"),
     ("experts.linear_fc1", "the MoE experts' FC1", "fc1"),
     ("experts.linear_fc2", "the MoE experts' FC2", "fc2"),
     ("experts", "the MoE experts", "mlp"),
@@ -82,7 +85,9 @@ class StateDictShapes:
             for m in form.finditer(text):
                 if len(self.mismatches) >= MAX_PARAMS:
                     return
-                saved, model = (tuple(int(x) for x in g.split(",") if x.strip()) for g in (m["saved"], m["model"]))
+                saved, model = _shape(m["saved"]), _shape(m["model"])
+                if saved is None or model is None:
+                    continue
                 if all(o.name != m["name"] for o in self.mismatches):
                     self.mismatches.append(Mismatch(where, m["name"], saved, model, whole))
 
@@ -90,11 +95,21 @@ class StateDictShapes:
         """Counted across every source: one load."""
 
 
+def _shape(text: str) -> tuple[int, ...] | None:
+    """``"151936, 2048"`` -> (151936, 2048); None for what is not a list of sizes (a paste that lost its commas)."""
+    parts = [x for x in text.split(",") if x.strip()] if text.strip() else []
+    if any(not re.fullmatch(r"\s*\d{1,12}\s*", x) for x in parts):
+        return None
+    return tuple(int(x) for x in parts)
+
+
 def _reason(m: Mismatch) -> str:
     if len(m.saved) != len(m.model):
         return (f"{len(m.saved)} dimensions saved, {len(m.model)} in the model: another layout of the tensor (a fused "
                 "or grouped tensor against per-part ones)")
     dims = [i for i, (a, b) in enumerate(zip(m.saved, m.model, strict=True)) if a != b]
+    if not dims:
+        return "the printed shapes are the same: the tensors differ in what the message does not show"
     if len(dims) != 1:
         return "more than one dimension differs: another model shape (hidden size, heads) than the one saved"
     i = dims[0]
@@ -113,7 +128,8 @@ def _reason(m: Mismatch) -> str:
     if kind == "vocab" and i == 0:
         return (f"{said}: the padded vocabulary differs - another tokenizer or vocab_size, or the padding "
                 "(make_vocab_size_divisible_by x tensor-parallel size) of another layout"
-                + (f"; the {bigger} is {k}x the other: one side is a {k}-way tensor-parallel shard" if k else ""))
+                + (f"; the {bigger} is {k}x the other: one side is a {k}-way tensor-parallel shard"
+                   if k and not m.whole else ""))
     if k is not None and k > 1 and m.whole:
         return (f"{said} (the {bigger} is {k}x the other): the distributed checkpoint's shapes are the whole "
                 f"tensors', the same under any parallel layout, so the model config sets that size {k}x apart (an "

@@ -13,8 +13,9 @@ what the installed function of that name gives, read from its source without imp
 generator -, else the tuples its ``return`` / ``yield`` statements build), and the verdict: the installed function
 gives as many values as the caller expects (the run's release of the package gives another number: caller and
 package are from different releases) or another number (the caller was written for another release than the
-installed one), with the fix in those terms. A call no installed function of that name is found for is named with
-the caller's line alone, at ``UNPLACED_CONFIDENCE``. Never raises for what is in the lines.
+installed one), with the fix in those terms. A call no installed function of that name is found for, whose
+installed definitions disagree, or of a builtin's or common method's name (``COMMON``) is named with the caller's line
+alone, at ``UNPLACED_CONFIDENCE``. Never raises for what is in the lines.
 """
 
 from __future__ import annotations
@@ -33,10 +34,16 @@ LOOKBACK = 4
 CONFIDENCE = 0.6
 UNPLACED_CONFIDENCE = 0.4
 _RANK = r"^\s*(?:\[(?:rank|default)\d+\]:\s*)*"
-MESSAGE = re.compile(_RANK + r"ValueError: (?:(?P<many>too many)|not enough) values to unpack \(expected (?P<expected>\d+)"
-                     r"(?:, got (?P<got>\d+))?\)")
+MESSAGE = re.compile(_RANK + r"ValueError: (?:(?P<many>too many)|not enough) values to unpack \(expected (?P<expected>\d{1,6})"
+                     r"(?:, got (?P<got>\d{1,6}))?\)")
 CALL = re.compile(_RANK + r"(?:for\s+)?\(?(?P<names>[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_*]\w*)+)\)?\s*(?:=|\bin\b)\s*"
                   r"(?P<callee>[\w.\[\]()]*?)(?P<function>[A-Za-z_]\w*)\s*\(")
+CALL_TEXT = 400
+"""A source line is read for its call up to this many characters."""
+COMMON = frozenset({"items", "keys", "values", "split", "rsplit", "partition", "rpartition", "splitlines", "zip",
+                    "enumerate", "divmod", "get", "pop", "popitem", "chunk", "unbind", "topk", "max", "min", "sort",
+                    "sorted", "map", "tuple", "list", "iter", "next", "readline", "shape", "size", "groupby"})
+"""Builtins and methods of dicts, strings and tensors: a call of these names is no Megatron function's."""
 _CARETS = re.compile(r"^\s*(?:\[(?:rank|default)\d+\]:\s*)*[\^~\s]+$")
 
 
@@ -60,8 +67,11 @@ class Unpacking:
     def feed(self, text: str, where: str) -> None:
         if "values to unpack" in text and (m := MESSAGE.search(text)) is not None and len(self.errors) < MAX_ERRORS:
             e = UnpackError(where, text.strip(), int(m["expected"]), bool(m["many"]), int(m["got"]) if m["got"] else None)
+            if any(o.text == e.text for o in self.errors):
+                self._recent = []
+                return
             for line in reversed(self._recent):
-                if (c := CALL.search(line)) is not None:
+                if (c := CALL.search(line[:CALL_TEXT])) is not None:
                     e.call, e.function = line.strip(), c["function"]
                     e.names = tuple(n.strip() for n in c["names"].split(","))
                     break
@@ -86,7 +96,10 @@ class Gives:
 
 
 def gives(function: str) -> list[Gives]:
-    """What each installed function of that name gives, where its source says."""
+    """What each installed function of that name gives, where its source says; empty for a builtin's or a common
+    method's name (``COMMON``)."""
+    if function in COMMON:
+        return []
     out = []
     for rel in upstream_source.defining_files(function):
         tree = upstream_source.parsed(rel)
@@ -169,7 +182,8 @@ def findings(errors: list[UnpackError]) -> list[Finding]:
     out = []
     for e in errors:
         said = (f"more than {e.expected}" if e.too_many else f"{e.got}" if e.got is not None else f"fewer than {e.expected}")
-        installed = gives(e.function) if e.function else []
+        found = gives(e.function) if e.function else []
+        installed = found if len({g.count for g in found}) == 1 else []  # definitions that disagree place nothing
         if not e.function:
             cause = (f"Code unpacks a value into {e.expected} names and the value has {said}: a call's result is read "
                      "in the layout of another release of the code that produced it.")
@@ -188,8 +202,9 @@ def findings(errors: list[UnpackError]) -> list[Finding]:
             cause = (f"The caller unpacks what {e.function}() gives into {e.expected} names ({', '.join(e.names)}), and "
                      f"the run's {e.function} gave {said}. In the installed {version} it ({g.rel}:{g.line}) gives "
                      f"{g.what}: "
-                     + ("the caller fits the installed release, so the run's package is another release than the one "
-                        "the caller was written for (a version skew)." if fits else
+                     + ("the caller fits the installed release, so if the run used another release of the package, "
+                        "caller and package are from different releases (a version skew); if it ran on these "
+                        "packages, another function of that name gave the values." if fits else
                         f"{g.count} values, so the caller was written for another release than the installed one "
                         "(a version skew)."))
             fix = (f"run the caller with {version} (the release whose {e.function} gives {e.expected} values), or "

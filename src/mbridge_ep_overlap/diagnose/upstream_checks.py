@@ -272,12 +272,13 @@ def _signature(e: RaisedError, match: upstream_source.Match):
 
 
 def unknown_choice(message: str, check: upstream_source.Check) -> tuple[str, list[str], list[tuple[str, str]]] | None:
-    """(the run's value, the string values the check accepts, [(package, where) of installed code that uses the value])
+    """(the run's value, the string values the check accepts, [(package, where) of the other installed Megatron package's
+    code that compares, assigns or maps the value])
     when the check is a choice among string literals (``X == 'a' or X == 'b'``, ``X in ('a', 'b')``, an if / elif
     chain's else) and its one placeholder in the message holds a value none of them is; None otherwise."""
-    allowed = _string_choices(check.condition)
+    allowed, field = _string_choices(check.condition)
     prefix, sep, suffix = check.literal.partition("...")
-    if not allowed or not sep or "..." in suffix:
+    if not allowed or not sep or "..." in suffix or not field.isidentifier():
         return None
     text = message.strip()
     if not text.startswith(prefix) or not text.endswith(suffix) or len(text) <= len(prefix) + len(suffix):
@@ -286,16 +287,32 @@ def unknown_choice(message: str, check: upstream_source.Check) -> tuple[str, lis
     if not re.fullmatch(r"[\w.+-]{1,64}", value) or value in allowed:
         return None
     users = []
-    quoted = (f'"{value}"', f"'{value}'")
+    own = "/".join(check.file.split("/")[:2])  # megatron/core or megatron/bridge
+    # the same field compared with, assigned or passed the value on one line
+    uses = re.compile(rf"\b{re.escape(field)}\b\s*(?:==|=|:)\s*[\"']{re.escape(value)}[\"']")
     for rel, source in upstream_source.sources():
-        if rel != check.file and any(q in source for q in quoted):
-            line = next(i for i, s in enumerate(source.splitlines(), 1) if any(q in s for q in quoted))
+        if rel.startswith(own) or value not in source:
+            continue
+        line = next((i for i, s in enumerate(source.splitlines(), 1) if uses.search(s)), None)
+        if line is not None:
             users.append((upstream_source.installed_version(rel), f"{rel}:{line}"))
             break
     return value, allowed, users
 
 
-def _string_choices(condition: str) -> list[str]:
+def _string_choices(condition: str) -> tuple[list[str], str]:
+    """(the string values an ``X == 'a' or X == 'b'`` / ``X in (...)`` condition accepts, X's last name); ([], '')
+    for any other condition."""
+    values = _choice_values(condition)
+    if not values:
+        return [], ""
+    subject = ast.parse(condition, mode="eval").body
+    subject = subject.values[0] if isinstance(subject, ast.BoolOp) else subject
+    name = ast.unparse(subject.left).rsplit(".", 1)[-1]
+    return values, name
+
+
+def _choice_values(condition: str) -> list[str]:
     try:
         node = ast.parse(condition, mode="eval").body
     except SyntaxError:

@@ -3,6 +3,8 @@ of the same family lives in ``advice``)."""
 
 from __future__ import annotations
 
+from packaging.version import InvalidVersion, Version
+
 from ...base.errors import Severity
 from ...predict import precision
 from ...target.stack import unknown_versions
@@ -160,14 +162,24 @@ def _recipe_range(f: Facts) -> tuple[tuple[int, int], tuple[int, int] | None] | 
     if low not in RECIPE_COMPUTE_CAPABILITY:
         return None
     first, end = RECIPE_COMPUTE_CAPABILITY[low]
-    if low == "fp8_blockwise" and f.env.te_version and not version_at_least(f.env.te_version, BLOCKWISE_ON_BLACKWELL_TE):
+    if low == "fp8_blockwise" and _release_before(f.env.te_version, BLOCKWISE_ON_BLACKWELL_TE):
         end = (10, 0)
     return first, end
 
 
+def _release_before(version: str | None, release: str) -> bool:
+    """True when ``version``'s release number is below ``release`` (a 2.9 dev or rc build counts as 2.9); False for
+    an unknown or unparsable version."""
+    try:
+        return Version(version).release < Version(release).release
+    except (InvalidVersion, TypeError):
+        return False
+
+
 @family("block-scaled-recipe-on-gpu", When.ALWAYS, "mixed_precision",
         required="MXFP8: compute capability 10.x-11.x (B200, B300, GB200, GB300); NVFP4: 10.0 or newer; FP8 block "
-                 "scaling: 9.0 or newer (9.x alone before Transformer Engine 2.9)",
+                 "scaling: 9.0 or newer (9.x alone before Transformer Engine 2.9; its torch-built-for-CUDA-12.9 "
+                 "condition is not checked here: the target does not record torch's CUDA)",
         needs=lambda f: f.env.compute_capability is not None and _recipe_range(f) is not None,
         current=_gpu_and_precision)
 def block_scaled_recipe_on_gpu(f: Facts) -> bool:

@@ -166,7 +166,9 @@ _FIND_PACKAGE = f"installed:cmake FindPackageHandleStandardArgs.cmake (its failu
 def _cmake_package_missing(lib: Library) -> Signature:
     return Signature(
         id=f"{lib.key}-cmake-package-not-found", symptom="install",
-        patterns=(rf"Could NOT find (?:{lib.cmake}) \(missing:",),
+        # CMake's error form (indented under 'CMake Error at', or quoted): '-- Could NOT find ...' is the status line of
+        # an optional lookup that a build goes on without
+        patterns=(rf"(?<!-- )Could NOT find (?:{lib.cmake}) \(missing:",),
         cause=f"CMake's find_package for {lib.name} found none of the files behind the variables the line lists "
               "(missing: ...): those names are CMake variables, set on the cmake command line (-DNAME=...) or by the "
               "find module from what it searches; an environment variable of the same name is read only where the "
