@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from .report import Finding
-from .signatures.hardware import CAPABILITY_GATE
+from .signatures.hardware import BLACKWELL_GPUS, CAPABILITY_GATE, RTX_BLACKWELL_GPUS
 
 MAX_LINES = 4
 _ARCH = (r"(?P<arch>ROCm|ROCM|HIP|AMD GPUs?|MI\d{3}\w*|Hopper|Blackwell|Ampere|Ada(?: Lovelace)?|Volta|Turing|"
@@ -45,10 +45,9 @@ GPUS_OF = (
     (re.compile(r"^hopper$|^sm_?90a?$|^(?:compute capability|cc) ?(?:>=?\s*)?9\.0\+?$", re.I),
      "hopper", "Hopper, compute capability 9.0 (H100, H200, GH200; sm_90a for its arch-specific instructions)"),
     (re.compile(r"^blackwell$|^sm_?10[03][af]?$|^(?:compute capability|cc) ?(?:>=?\s*)?10\.\d\+?$", re.I),
-     "blackwell", "data-centre Blackwell, compute capability 10.x (B200 / GB200 10.0, B300 / GB300 10.3)"),
+     "blackwell", f"data-centre Blackwell, compute capability 10.x ({BLACKWELL_GPUS})"),
     (re.compile(r"^sm_?12\d[af]?$|^12\.\d\+? architectures?$|^(?:compute capability|cc) ?(?:>=?\s*)?12\.\d\+?$", re.I),
-     "cc12", "RTX-class Blackwell, compute capability 12.x (RTX PRO 6000 and GeForce RTX 50 series 12.0, DGX Spark's "
-             "GB10 12.1)"),
+     "cc12", f"RTX-class Blackwell, compute capability 12.x ({RTX_BLACKWELL_GPUS})"),
     (re.compile(r"^ampere$|^sm_?8[06]$", re.I), "ampere", "Ampere, compute capability 8.x (A100 8.0, A10 / RTX 30 8.6)"),
     (re.compile(r"^ada(?: lovelace)?$|^sm_?89$", re.I), "ada", "Ada, compute capability 8.9 (L4, L40S, RTX 40 series)"),
     (re.compile(r"^volta$|^sm_?70$", re.I), "volta", "Volta, compute capability 7.0 (V100)"),

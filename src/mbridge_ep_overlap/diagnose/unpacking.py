@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+from collections import deque
 from dataclasses import dataclass
 
 from . import upstream_source
@@ -62,28 +63,27 @@ class UnpackError:
 class Unpacking:
     def __init__(self) -> None:
         self.errors: list[UnpackError] = []
-        self._recent: list[str] = []
+        self._recent: deque[str] = deque(maxlen=LOOKBACK)
 
     def feed(self, text: str, where: str) -> None:
         if "values to unpack" in text and (m := MESSAGE.search(text)) is not None and len(self.errors) < MAX_ERRORS:
             e = UnpackError(where, text.strip(), int(m["expected"]), bool(m["many"]), int(m["got"]) if m["got"] else None)
             if any(o.text == e.text for o in self.errors):
-                self._recent = []
+                self._recent.clear()
                 return
             for line in reversed(self._recent):
                 if (c := CALL.search(line[:CALL_TEXT])) is not None:
                     e.call, e.function = line.strip(), c["function"]
                     e.names = tuple(n.strip() for n in c["names"].split(","))
                     break
-            if all((o.text, o.function) != (e.text, e.function) for o in self.errors):
-                self.errors.append(e)
-            self._recent = []
+            self.errors.append(e)  # a repeat of the same error text returned above
+            self._recent.clear()
             return
-        if not _CARETS.match(text) and text.strip():
-            self._recent = (self._recent + [text])[-LOOKBACK:]
+        if text.strip() and not (("^" in text or "~" in text) and _CARETS.match(text)):
+            self._recent.append(text)
 
     def finish(self) -> None:
-        self._recent = []
+        self._recent.clear()
 
 
 @dataclass(frozen=True)

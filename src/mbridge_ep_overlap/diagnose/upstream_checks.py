@@ -303,28 +303,18 @@ def unknown_choice(message: str, check: upstream_source.Check) -> tuple[str, lis
 def _string_choices(condition: str) -> tuple[list[str], str]:
     """(the string values an ``X == 'a' or X == 'b'`` / ``X in (...)`` condition accepts, X's last name); ([], '')
     for any other condition."""
-    values = _choice_values(condition)
-    if not values:
-        return [], ""
-    subject = ast.parse(condition, mode="eval").body
-    subject = subject.values[0] if isinstance(subject, ast.BoolOp) else subject
-    name = ast.unparse(subject.left).rsplit(".", 1)[-1]
-    return values, name
-
-
-def _choice_values(condition: str) -> list[str]:
     try:
         node = ast.parse(condition, mode="eval").body
     except SyntaxError:
-        return []
+        return [], ""
     parts = node.values if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) else [node]
     out, subject = [], None
     for p in parts:
         if not (isinstance(p, ast.Compare) and len(p.ops) == 1):
-            return []
+            return [], ""
         left, op, right = ast.unparse(p.left), p.ops[0], p.comparators[0]
         if subject not in (None, left):
-            return []
+            return [], ""
         subject = left
         if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and isinstance(right.value, str):
             out.append(right.value)
@@ -332,8 +322,8 @@ def _choice_values(condition: str) -> list[str]:
                 isinstance(x, ast.Constant) and isinstance(x.value, str) for x in right.elts):
             out += [x.value for x in right.elts]
         else:
-            return []
-    return out
+            return [], ""
+    return (out, subject.rsplit(".", 1)[-1]) if out else ([], "")
 
 
 def _detail(e: RaisedError, match: upstream_source.Match) -> list[str]:

@@ -102,8 +102,12 @@ SIGNATURES += (
 _TE_BEFORE_2_9 = "NVIDIA/TransformerEngine@b840898b75162bce68fbc3c9c8234b6f23dcdbff"
 """Transformer Engine just before FP8 block scaling came to Blackwell (PR #2157, first in v2.9)."""
 _TE_RECIPE_SUPPORT = "transformer_engine/pytorch/quantization.py"
-_ON_12 = ("compute capability 12.x is the RTX-class Blackwell (RTX PRO 6000 and GeForce RTX 50 series 12.0, DGX "
-          "Spark's GB10 12.1), not the data-centre B200 / GB200 (10.0) or B300 / GB300 (10.3)")
+BLACKWELL_GPUS = "B200 / GB200 10.0, B300 / GB300 10.3"
+"""The data-centre Blackwell GPUs by compute capability (10.x), said by every row and reader that names them."""
+RTX_BLACKWELL_GPUS = "RTX PRO 6000 and GeForce RTX 50 series 12.0, DGX Spark's GB10 12.1"
+"""The RTX-class Blackwell GPUs by compute capability (12.x)."""
+_ON_12 = (f"compute capability 12.x is the RTX-class Blackwell ({RTX_BLACKWELL_GPUS}), not the data-centre "
+          f"Blackwell ({BLACKWELL_GPUS})")
 
 SIGNATURES += (
     Signature(
@@ -121,8 +125,8 @@ SIGNATURES += (
         id="te-mxfp8-needs-compute-capability-10", symptom="hardware",
         patterns=(r"Device compute capability 10\.0 or higher required for MXFP8 execution",),
         cause="The MXFP8 recipe (MXFP8BlockScaling, Megatron's fp8_recipe='mxfp8') on a GPU before Blackwell: MXFP8's "
-              "block-scaled GEMMs are a Tensor Core feature of compute capability 10.x (B200 / GB200 10.0, B300 / "
-              "GB300 10.3), so Transformer Engine refuses it on Hopper (H100 / H200 9.0), Ada and older.",
+              f"block-scaled GEMMs are a Tensor Core feature of compute capability 10.x ({BLACKWELL_GPUS}), so "
+              "Transformer Engine refuses it on Hopper (H100 / H200 9.0), Ada and older.",
         fix="on Hopper use fp8_recipe='blockwise' (FP8 with 1x128 / 128x128 scales, CUDA 12.9 or newer), "
             "'tensorwise' or 'delayed', or bf16 - NVIDIA's H100 perf recipes use FP8 current scaling where the "
             "Blackwell ones use MXFP8; run MXFP8 on B200 / B300 / GB200 / GB300",
