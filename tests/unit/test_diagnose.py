@@ -16,6 +16,7 @@ import pytest
 from mbridge_ep_overlap.base import run_files
 from mbridge_ep_overlap.base.errors import UsageError
 from mbridge_ep_overlap.diagnose import Diagnosis, diagnose, schedule
+from mbridge_ep_overlap.diagnose.sources import Held, join
 from mbridge_ep_overlap.tools.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -274,3 +275,16 @@ def test_srun_label_around_torchrun_prefix_is_one_prefix():
     assert got[1] == ("7", '  File "/x/megatron/core/transformer/moe/fused_a2a.py", line 60, in get_buffer')
     assert got[2] == ("7", "    or _buffer.group != group")
     assert diagnose(["-"], stdin=io.BytesIO(log.encode())).cause_ids[0] == "attribute-error:Buffer.group"
+
+
+def test_a_held_line_is_given_back_once_and_joined_with_one_space():
+    held = Held()
+    assert held.take() is None
+    held.hold("must be divisible", "log:3")
+    held.hold("Could not find NCCL_LIBRARY using the following names:", "log:4")  # a new hold replaces the old
+    assert held.take() == ("log:4", "Could not find NCCL_LIBRARY using the following names:")
+    assert held.take() is None
+    held.hold("", "log:5")  # an empty line is still a held line
+    held.clear()
+    assert held.take() is None
+    assert join("num_experts (6) must be divisible  ", "  by ep (4)") == "num_experts (6) must be divisible by ep (4)"

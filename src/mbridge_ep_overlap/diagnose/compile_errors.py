@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 
 from .report import Finding
+from .sources import Held, join
 from .signatures.build import HEADER_API, PTX_REJECTED
 from .signatures.build import SIGNATURES as BUILD_SIGNATURES
 
@@ -84,7 +85,7 @@ class CompileErrors:
         self._pending: tuple[str, str, str] | None = None
         """(where, text, message) of a template-count error whose template is named on a later line."""
         self._pending_left = 0
-        self._cmake: str = ""
+        self._cmake = Held()
         """A CMake find_library line whose names are on the next line."""
         self.joined: list[tuple[str, str]] = []
         """(where, the CMake line joined with its names)."""
@@ -92,12 +93,11 @@ class CompileErrors:
     def feed(self, text: str, where: str) -> None:
         if len(self.errors) >= MAX_ERRORS:
             return
-        if self._cmake:
+        if (held := self._cmake.take()) is not None:
             if len(self.joined) < MAX_ERRORS:
-                self.joined.append((where, f"{self._cmake} {text.strip()}"))
-            self._cmake = ""
+                self.joined.append((where, join(held[1], text)))
         elif "_LIBRARY using the following names" in text and _CMAKE_WRAPPED.search(text):
-            self._cmake = text.strip()
+            self._cmake.hold(text.strip(), where)
         if self._pending is not None:
             if (m := _TEMPLATE_NAME.search(text)) is not None and _library(m["name"]):
                 at, line, message = self._pending
@@ -137,7 +137,8 @@ class CompileErrors:
         return None
 
     def finish(self) -> None:
-        self._pending, self._cmake = None, ""
+        self._pending = None
+        self._cmake.clear()
 
 
 def joined_findings(joined: list[tuple[str, str]]) -> list[Finding]:

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 from .report import Finding
+from .sources import Held, join
 from .signatures.config_error import SIZE_NOT_DIVISIBLE
 
 MAX_LINES = 6
@@ -74,24 +75,25 @@ class SizeLine:
 class Divisibility:
     def __init__(self) -> None:
         self.lines: list[SizeLine] = []
-        self._cut: tuple[str, str] | None = None
+        self._cut = Held()
+        """A line that ends where its divisor should follow."""
 
     def feed(self, text: str, where: str) -> None:
         text = text.rstrip().rstrip("\"'")  # a quote left at the end of a line cut from a string
-        cut, self._cut = self._cut, None
+        cut = self._cut.take()
         if cut is not None and _CONTINUED.match(text):  # a message wrapped before its divisor: read the two as one
-            text, where = f"{cut[1]} {text.strip()}", cut[0]
+            text, where = join(cut[1], text), cut[0]
         if ("divisible" not in text and "multiple of" not in text) or len(self.lines) >= MAX_LINES:
             return
         line = _read(text.strip()[:400], where)
         if line is None and _CUT.search(text):
-            self._cut = (where, text.strip())
+            self._cut.hold(text.strip(), where)
         elif line is not None and all(o.text != line.text for o in self.lines):
             self.lines.append(line)
 
     def finish(self) -> None:
         """Nothing is held across sources."""
-        self._cut = None
+        self._cut.clear()
 
 
 def _read(text: str, where: str) -> SizeLine | None:

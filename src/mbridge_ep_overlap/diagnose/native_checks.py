@@ -51,6 +51,7 @@ from .report import Finding
 from .signatures.config_error import NATIVE_CHECK
 from .signatures.runtime import CUDA_ERRORS
 from .signatures.runtime import SIGNATURES as RUNTIME_SIGNATURES
+from .sources import join
 
 MAX_CHECKS = 8
 BY_PATH = ""
@@ -210,14 +211,14 @@ class NativeChecks:
     def feed(self, text: str, where: str) -> None:
         previous, self._previous = self._previous, text
         if _QUOTE_TAIL.match(text) and "Failed: " in previous and _QUOTE_HEAD.search(previous):
-            text = previous.rstrip() + " " + text.strip()
+            text = join(previous, text)
         if " in function " not in text and "Failed: " not in text and "Assertion failed: " not in text \
                 and "NCCL error in: " not in text and "' failed." not in text and " exception (" not in text \
                 and "Reason=" not in text and "nvshmem" not in text:
             return
         c = parse(text)
         if c is None and _WRAPPED_ASSERT.match(text):
-            text = previous.rstrip() + " " + text.strip()
+            text = join(previous, text)
             c = parse(text)
         if c and len(self.checks) < MAX_CHECKS and all((c.library, c.where) != (o.library, o.where)
                                                        for o, _, _ in self.checks):

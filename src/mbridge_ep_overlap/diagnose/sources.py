@@ -7,7 +7,8 @@ names (facts, watchdog events, faulthandler logs, flight-recorder dumps) and pla
 else that is not binary: MB logs, Slurm output, torchrun per-rank ``attempt_N/R/std{out,err}.log``).
 ``lines(source)`` streams a text source as (file:line, rank, text) with the torchrun / srun prefix
 taken off; of a line longer than ``MAX_LINE`` bytes the first and the last ``MAX_LINE`` are kept, the
-middle is skipped, never held.
+middle is skipped, never held. ``Held`` / ``join``: how a reader keeps back a line whose message a log or a paste
+wrapped onto the next one, and reads the two as one (each reader decides which lines it holds and which go on).
 Refused (``UsageError``, exit 2): a path that does not exist or cannot be read, and paths that hold no
 readable evidence at all (empty files, only binary files, empty folders).
 """
@@ -32,6 +33,32 @@ _PREFIX = re.compile(r"^(?:\[(?:default|rank)(\d+)\]:\s?|\s*(\d+): (?:\[(?:defau
 number), or both (srun around torchrun: `` 187: [rank187]: ...``)."""
 _RANK_DIR = re.compile(r"(?:^|/)attempt_\d+/(\d+)/std(?:out|err)\.log$")
 _FACTS, _WATCHDOG, _FAULT = run_files.FACTS_NAME, run_files.WATCHDOG_NAME, run_files.FAULTHANDLER_NAME
+
+
+def join(head: str, tail: str) -> str:
+    """A message wrapped onto the next line, read as one line: the two joined by one space."""
+    return f"{head.rstrip()} {tail.strip()}"
+
+
+@dataclass
+class Held:
+    """One line a reader keeps back because its message may go on in the next line: ``hold`` keeps it (replacing
+    any held one), ``take`` gives it back once and forgets it, ``clear`` forgets it (at the end of a source)."""
+
+    where: str = ""
+    text: str | None = None
+
+    def hold(self, text: str, where: str) -> None:
+        self.where, self.text = where, text
+
+    def take(self) -> tuple[str, str] | None:
+        if self.text is None:
+            return None
+        held, self.text = (self.where, self.text), None
+        return held
+
+    def clear(self) -> None:
+        self.text = None
 
 
 @dataclass
