@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from megatron.core.utils import PkgVersion  # the type MCore compares versions with
 
 from mbridge_ep_overlap import check_ep_overlap
+from mbridge_ep_overlap.core.rules.base import release_before, version_at_least
 from mbridge_ep_overlap.core.rules.environment import RECIPE_COMPUTE_CAPABILITY
 from mbridge_ep_overlap.diagnose.signatures import all_signatures
 from mbridge_ep_overlap.target.cluster import describe
@@ -53,3 +55,12 @@ def test_ranges_are_the_ones_the_signatures_quote():
         assert f"compute capability {first[0]}.{first[1]} or higher" in text, recipe
         if end is not None:
             assert f"not supported on {end[0]}.{end[1]}+ architectures" in text, recipe
+
+
+def test_the_two_version_comparisons_differ_exactly_on_development_builds():
+    # another package's gate (MCore's is_te_min_version) orders a dev build before its release, as packaging does
+    assert (PkgVersion("2.7.0.dev0") >= PkgVersion("2.7.0")) is version_at_least("2.7.0.dev0", "2.7.0") is False
+    assert version_at_least("2.7.0", "2.7.0") and version_at_least("2.8.1", "2.7.0")
+    # a package's own code from a release on: its dev build of that release already has it
+    assert release_before("2.9.0.dev0+abc123", "2.9") is False and release_before("2.8.1", "2.9") is True
+    assert release_before(None, "2.9") is False and version_at_least("not a version", "2.7.0") is False

@@ -170,8 +170,22 @@ def set_to(path: str, value: Any) -> Fix:
 
 
 def version_at_least(version: str | None, minimum: str) -> bool:
+    """``version >= minimum`` as PEP 440 orders them: a ``2.7.0.dev0`` or ``rc1`` build is older than ``2.7.0``.
+    For a gate that another package applies to a version (MCore's ``is_te_min_version`` compares
+    ``packaging`` versions exactly so): the rule must refuse what that package refuses. False for an unknown or
+    unparsable version."""
     try:
         return Version(version) >= Version(minimum)
+    except (InvalidVersion, TypeError):
+        return False
+
+
+def release_before(version: str | None, release: str) -> bool:
+    """True when ``version``'s release number is below ``release``: a ``2.9.0.dev0`` or ``rc`` build counts as 2.9.
+    For a behaviour a package's own code has from a release on (Transformer Engine's own capability checks): a
+    development build of that release already carries the code. False for an unknown or unparsable version."""
+    try:
+        return Version(version).release < Version(release).release
     except (InvalidVersion, TypeError):
         return False
 

@@ -3,14 +3,13 @@ of the same family lives in ``advice``)."""
 
 from __future__ import annotations
 
-from packaging.version import InvalidVersion, Version
 
 from ...base.errors import Severity
 from ...predict import precision
 from ...target.stack import unknown_versions
 from ..facts import Facts
 from ..prediction_inputs import gemm_precision
-from .base import Family, Upstream, When, rule, te_known, version_at_least
+from .base import Family, Upstream, When, release_before, rule, te_known, version_at_least
 
 TESTED_PAIR = ("0.19.2", "0.6.2")  # megatron-core, megatron-bridge
 
@@ -162,18 +161,9 @@ def _recipe_range(f: Facts) -> tuple[tuple[int, int], tuple[int, int] | None] | 
     if low not in RECIPE_COMPUTE_CAPABILITY:
         return None
     first, end = RECIPE_COMPUTE_CAPABILITY[low]
-    if low == "fp8_blockwise" and _release_before(f.env.te_version, BLOCKWISE_ON_BLACKWELL_TE):
+    if low == "fp8_blockwise" and release_before(f.env.te_version, BLOCKWISE_ON_BLACKWELL_TE):
         end = (10, 0)
     return first, end
-
-
-def _release_before(version: str | None, release: str) -> bool:
-    """True when ``version``'s release number is below ``release`` (a 2.9 dev or rc build counts as 2.9); False for
-    an unknown or unparsable version."""
-    try:
-        return Version(version).release < Version(release).release
-    except (InvalidVersion, TypeError):
-        return False
 
 
 @family("block-scaled-recipe-on-gpu", When.ALWAYS, "mixed_precision",
