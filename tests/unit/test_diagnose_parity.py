@@ -81,7 +81,7 @@ def _so_fragments(text: str) -> list[str]:
     what a shared object that prints it holds as a string."""
     # cut at what a separate format string prints: numbers, quoted values, NVSHMEM's "NULL value " / "WARN: "
     parts = re.split(r"-?\d+|'[^']*'|\"[^\"]*\"|\([^)]*\)|: |NULL value ", text)
-    return [x.strip() for x in parts if len(x.strip()) >= 16]
+    return [x.strip(" .") for x in parts if len(x.strip(" .")) >= 16]  # a sentence cut at a number keeps its dot
 
 
 def _installed(sig) -> Path:

@@ -59,6 +59,7 @@ other exception for what is inside the files.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import statistics
@@ -229,9 +230,11 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     _static_asserts(compiled, findings)
     _fallbacks(fell_back, findings)
     _crashes(crash_text, finding)
+    _lost_peer_after_a_crash(findings)
     launched.details(findings, series)
     _facts(ev, sigs, finding, diagnosis)
     _watchdog(ev, finding, diagnosis)
+    _timeout_stacks(ev, findings)
     _flight_recorder(ev, finding, diagnosis, stacks)
     if len(per_path_series) >= 2:
         _compare_runs(paths, per_path_series, ev, finding)
@@ -423,6 +426,21 @@ def _crashes(crash_text: dict[str, str], finding) -> None:
         f.detail += [f"  {frame}" for frame in c.stack[:8]]
 
 
+_SIGNAL_ROWS = ("segmentation-fault", "abort-signal")
+
+
+def _lost_peer_after_a_crash(findings: dict[str, Finding]) -> None:
+    """A lost peer whose first failing rank (torchrun's Root Cause) died of a signal this diagnosis names ranks
+    below that signal: the peer's error follows from the crash, the crash is the cause to read first."""
+    remote = findings.get("nccl-remote-error")
+    crash = next((findings[i] for i in _SIGNAL_ROWS if i in findings), None)
+    if remote is None or crash is None or not any("Root Cause" in d and "(Signal " in d for d in remote.detail):
+        return
+    remote.signature = dataclasses.replace(remote.signature, generic=True,
+                                           confidence=min(remote.signature.confidence, crash.signature.confidence / 2))
+    remote.detail.append(f"ranked below [{crash.signature.id}]: the first failing rank died of that signal")
+
+
 def _facts(ev: Evidence, sigs: tuple[Signature, ...], finding, diagnosis: Diagnosis) -> None:
     """A facts-raised signature whose condition a rank's facts show (``facts_pass`` False)."""
     if not ev.facts:
@@ -453,6 +471,46 @@ def _watchdog(ev: Evidence, finding, diagnosis: Diagnosis) -> None:
             place = schedule.place(schedule.faulthandler_frames(frames))
             f.detail.append(f"rank {src.rank} training thread: {place.words()}")
             f.detail += [f"  {frame}" for frame in frames[:6]]
+
+
+_C10D_FILE = "torch/distributed/distributed_c10d.py"
+
+
+def _timeout_stacks(ev: Evidence, findings: dict[str, Finding]) -> None:
+    """faulthandler's timeout dumps per rank: which rank's training thread waits in a torch.distributed call and
+    which is elsewhere (the one that diverged). Beside a watchdog stall (whose dumps they are) the words go to the
+    stall and the timeout finding is dropped: one hang, not two."""
+    timeout = findings.get("faulthandler-timeout")
+    if timeout is None:
+        return
+    where: dict[int, str] = {}
+    waiting: dict[int, str] = {}
+    for src in ev.faulthandler:
+        frames = schedule.faulthandler_frames(crashes.main_thread_stack(_head(src)))
+        if not frames or not (src.rank or "").isdigit():
+            continue
+        rank = int(src.rank or 0)
+        c10d = [fn for fn, file, _ in frames if file.replace("\\", "/").endswith(_C10D_FILE)]
+        user = next(((fn, file, line) for fn, file, line in frames if "/torch/" not in file.replace("\\", "/")),
+                    frames[0])
+        at = f"{Path(user[1]).name}:{user[2]} in {user[0]}"
+        if c10d:
+            waiting[rank] = c10d[0]
+            where[rank] = f"rank {rank}: waits in torch.distributed.{c10d[0]} (called at {at})"
+        else:
+            where[rank] = f"rank {rank}: not in a torch.distributed call (at {at})"
+    words = [where[r] for r in sorted(where)]
+    others = sorted(set(where) - set(waiting))
+    if waiting and others:
+        ops = " / ".join(sorted(set(waiting.values())))
+        words.append(f"rank(s) {', '.join(map(str, others))} are not in the {ops} that rank(s) "
+                     f"{', '.join(map(str, sorted(waiting)))} wait in: the one(s) that diverged")
+    target = findings.get("progress-stalled")
+    if target is not None:
+        del findings["faulthandler-timeout"]
+        target.detail += [w for w in words if w not in target.detail]
+    else:
+        timeout.detail += words
 
 
 # The watchdog's ``iteration`` is MB's ``train_state.step`` as ``on_train_step_end`` sees it, before MB

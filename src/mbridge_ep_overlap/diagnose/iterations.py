@@ -45,9 +45,9 @@ LOSS_SPIKE = 1.5
 
 _HEAD = re.compile(r"\biteration\s+([0-9]{1,18})/\s*([0-9]{1,18})\s*\|")
 _STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]\s*$")
-_MS = re.compile(r"elapsed time per iteration \(ms\): ([^\s|]+)")
-_LOSS = re.compile(r"\blm loss: ([^\s|]+)")
-_GRAD = re.compile(r"\bgrad norm: ([^\s|]+)")
+_MS = re.compile(r"elapsed time per iteration \(ms\):\s+([^\s|]+)")
+_LOSS = re.compile(r"\blm loss:\s+([^\s|]+)")
+_GRAD = re.compile(r"\bgrad norm:\s+([^\s|]+)")
 _SKIPPED = re.compile(r"number of skipped iterations:\s+([0-9]{1,18})")
 _NAN = re.compile(r"number of nan iterations:\s+([0-9]{1,18})")
 

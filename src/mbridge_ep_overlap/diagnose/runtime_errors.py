@@ -48,7 +48,10 @@ _SEARCH = re.compile(r"Search for `(?P<name>cudaError\w+)'")
 _NCCL = re.compile(r"\bNCCL error(?: in: (?P<at>[^\s,]+),|:) (?P<msg>.*?\S)(?:, NCCL version (?P<version>[\w.+-]+))?\s*$")
 _NCCL_NAME = re.compile(r"^\s*(?P<name>" + "|".join(NCCL_RESULTS) + r"): (?P<desc>\S.*)$")
 _LAST_ERROR = re.compile(r"^\s*Last error:\s*(?P<rest>.*)$")
-_PEER_GONE = re.compile(r"(?:Connection closed by remote peer|Connection reset by peer)\s*(?P<peer>[^\s,)]*)")
+_PEER_GONE = re.compile(r"(?:(?:Read|Write) error (?P<before>\S+?):?\s+)?(?:Connection closed by remote peer|Connection reset "
+                        r"by peer)(?:\s+(?P<peer>[\w\[][^\s,)]*))?")
+"""NCCL's ``Connection closed by remote peer HOST<PORT>`` (the peer after), gloo's ``Read error [ADDR]:PORT: Connection
+reset by peer.`` (the peer before)."""
 _CUDA_FAILURE = re.compile(r"Cuda failure (?:(?P<code>\d{1,4}) )?'(?P<msg>[^']+)'")
 _IB = re.compile(r"NET/IB(?:/GIN)?\s*: Got completion from peer (?P<peer>\S+) with (?:status=|error )"
                  r"(?:(?P<name>IBV_WC_\w+)\()?(?P<code>\d{1,4})")
@@ -187,7 +190,9 @@ class RuntimeErrors:
             self._keep(self.ib, (name,), where, text, name=name, code=code, peer=m["peer"])
         if "by remote peer" in text or "reset by peer" in text:
             if m := _PEER_GONE.search(text):
-                self._keep(self.peer_gone, (m["peer"],), where, text, peer=m["peer"])
+                peer = m["peer"] or m["before"] or ""
+                self._keep(self.peer_gone, (peer,), where, text, peer=peer,
+                           backend="gloo" if "gloo" in text else "NCCL")
 
     def _frames(self, text: str) -> None:
         shown = ""
@@ -377,4 +382,6 @@ def _nccl(errors: RuntimeErrors, named, finding, add) -> None:
         if _fresh(seen, named):
             f = finding("nccl-remote-error")
             add(f, seen)
-            f.detail.append(f"the connection to peer {seen.info['peer'] or '(not named)'} was closed by the peer")
+            f.detail.append(f"the connection to peer {seen.info['peer'] or '(not named)'} was closed by the peer"
+                            + (" (gloo's TCP transport, not NCCL: the same reading holds)"
+                               if seen.info.get("backend") == "gloo" else ""))

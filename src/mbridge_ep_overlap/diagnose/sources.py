@@ -4,7 +4,8 @@ Contract
 --------
 ``collect(paths, stdin)`` sorts every file under the paths into the evidence kinds ``base.run_files``
 names (facts, watchdog events, faulthandler logs, flight-recorder dumps) and plain text logs (anything
-else that is not binary: MB logs, Slurm output, torchrun per-rank ``attempt_N/R/std{out,err}.log``).
+else that is not binary: MB logs, Slurm output, torchrun per-rank ``attempt_N/R/std{out,err}.log``), a
+gzip-compressed one (file or paste) read through its decompression.
 ``lines(source)`` streams a text source as (file:line, rank, text) with the torchrun / srun prefix
 taken off; of a line longer than ``MAX_LINE`` bytes the first and the last ``MAX_LINE`` are kept, the
 middle is skipped, never held. ``Held`` / ``join``: how a reader keeps back a line whose message a log or a paste
@@ -15,10 +16,12 @@ readable evidence at all (empty files, only binary files, empty folders).
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -27,6 +30,7 @@ from ..base import run_files
 from ..base.errors import UsageError
 
 MAX_LINE = 8192
+_GZIP_MAGIC = b"\x1f\x8b"
 _PROBE = 8192
 _PREFIX = re.compile(r"^(?:\[(?:default|rank)(\d+)\]:\s?|\s*(\d+): (?:\[(?:default|rank)\d+\]:\s?)?)")
 """torchrun's ``[rankN]:`` / ``[defaultN]:``, srun's ``--label`` ``N: `` (padded to the width of the largest task
@@ -61,6 +65,23 @@ class Held:
         self.text = None
 
 
+class _Gunzip(gzip.GzipFile):
+    """A gzip stream read to where it is intact: a truncated or damaged end reads as the end of the text (a log
+    cut off by a full disk or a killed job), never as an error."""
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return super().read(size)
+        except (EOFError, gzip.BadGzipFile, zlib.error):
+            return b""
+
+    def readline(self, size: int = -1) -> bytes:
+        try:
+            return super().readline(size)
+        except (EOFError, gzip.BadGzipFile, zlib.error):
+            return b""
+
+
 @dataclass
 class TextSource:
     label: str
@@ -70,7 +91,13 @@ class TextSource:
     """From the torchrun per-rank folder or the evidence file name; else from each line's prefix."""
 
     def open(self) -> BinaryIO:
-        return io.BytesIO(self.data) if self.data is not None else open(self.path, "rb")
+        """The text's bytes; a gzip-compressed file or paste (by its magic bytes) decompressed as it is read."""
+        raw: BinaryIO = io.BytesIO(self.data) if self.data is not None else open(self.path, "rb")
+        if raw.read(2) == _GZIP_MAGIC:
+            raw.seek(0)
+            return _Gunzip(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        raw.seek(0)
+        return raw
 
 
 @dataclass
@@ -122,7 +149,9 @@ def _any_content(ev: Evidence) -> bool:
             if src.data.strip():
                 return True
         elif src.path.stat().st_size > 0:
-            return True
+            with src.open() as fh:
+                if fh.read(1):
+                    return True
     return False
 
 
@@ -151,7 +180,7 @@ def _sort(ev: Evidence, f: Path, label: str, root: Path) -> None:
                 if isinstance(event, dict):
                     ev.watchdog.append({**event, "where": f"{label}:{n}", "rank": str(event.get("rank", m.group(1)))})
             return
-        with open(f, "rb") as fh:
+        with TextSource(label, path=f).open() as fh:
             head = fh.read(_PROBE)
         if b"\0" in head:
             ev.skipped.append(f"{label} (binary)")

@@ -118,6 +118,53 @@ SIGNATURES += (
         confidence=0.75, rule="deepep-built-with-nvshmem", versions="DeepEP 1.x kernels"),
 )
 
+_C10D_SO = "installed:torch/lib/libtorch_cpu.so"
+"""Where torch's process-group wrappers (ProcessGroupWrapper, ProcessGroupGloo) and gloo are compiled in."""
+
+SIGNATURES += (
+    Signature(
+        id="faulthandler-timeout", symptom="hang",
+        patterns=(r"^Timeout \(\d+:\d{2}:\d{2}(?:\.\d+)?\)!$",),
+        cause="A process printed faulthandler's timeout dump (`faulthandler.dump_traceback_later`, this library's "
+              "progress watchdog among them): it was alive but had not moved on within the timeout, and the stacks "
+              "below the line are where each thread was waiting; per rank, the detail says which rank waits in a "
+              "collective and which is elsewhere.",
+        fix=_STACKS_FIX + "; a rank whose training thread is not in the collective the others wait in is the one "
+            "that diverged (a skipped or extra call on its code path)",
+        source="installed:python3.12 (faulthandler)",
+        emitted=("Timeout (0:00:08)!",), confidence=0.6, versions="Python 3"),
+    Signature(
+        id="monitored-barrier-missing-ranks", symptom="hang",
+        patterns=(r"Ranks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier in \d+ ms",),
+        cause="torch's monitored barrier (gloo; TORCH_DISTRIBUTED_DEBUG=DETAIL runs one before collectives) timed "
+              "out waiting for the ranks it names: they did not reach the same point - stuck in an earlier call, "
+              "or on another code path.",
+        fix="read the named ranks' stacks (faulthandler, py-spy dump, or `diagnose` on a run folder of this "
+            "library) for where they are instead; a rank in another collective or outside any is the one that "
+            "diverged",
+        source=_C10D_SO,
+        emitted=("[rank0]: RuntimeError: [Rank 0]: Ranks 1 failed to pass monitoredBarrier in 10000 ms",),
+        confidence=0.8, versions="torch 2.x (gloo)"),
+    Signature(
+        id="collective-mismatch", symptom="config-error",
+        patterns=(r"Detected mismatch between collectives on ranks",
+                  r"Received data size doesn't match expected size\. Is there a distributed collective mismatch"),
+        cause="The ranks issued different collectives at the same point (another operation, another tensor shape or "
+              "dtype, or a different order): their code paths diverged - a rank-dependent branch, a tensor sized "
+              "from per-rank data (token counts without padding), or a skipped call. torch's DETAIL check "
+              "(TORCH_DISTRIBUTED_DEBUG=DETAIL) prints each rank's fingerprint; gloo only sees the size.",
+        fix="compare the fingerprints in the line (OpType, TensorShape, SequenceNumber) between the ranks; without "
+            "them rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL; make the call and its shape the same on every rank of "
+            "the group",
+        source=_C10D_SO,
+        emitted=("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: "
+                 "CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, TensorShape=[4], TensorDtypes=Float",
+                 "what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] "
+                 "op.preamble.length <= op.nbytes. 8 vs 4. Received data size doesn't match expected size. Is there "
+                 "a distributed collective mismatch in your code?"),
+        confidence=0.85, versions="torch 2.x"),
+)
+
 PY_SPY_AT = "benfred/py-spy@d230d8208d652ba168256ffb66170d1c6cd8b650"
 """py-spy, where the dump format ``diagnose.pyspy`` reads is printed (``src/dump.rs``, ``src/stack_trace.rs``)."""
 

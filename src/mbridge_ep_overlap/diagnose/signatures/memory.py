@@ -48,3 +48,21 @@ SIGNATURES += (
                  "line=187",),
         confidence=0.8, versions="any CUDA driver API caller that prints the CUresult"),
 )
+
+SIGNATURES += (
+    Signature(
+        id="cpu-out-of-memory", symptom="oom",
+        patterns=(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate \d+ bytes",),
+        cause="A rank ran out of host memory (torch's CPU allocator was refused by the OS): a host-side buffer too "
+              "large for the node (checkpoint loading or conversion on the CPU, pinned staging buffers, the data "
+              "loader's workers, several ranks per node each holding a full copy), or a size computed wrong (the "
+              "bytes it tried are in the line: a size far beyond any node is a wrong shape, not a small node).",
+        fix="compare the bytes in the line with the node's free memory (`free -g` per rank on the node): load "
+            "checkpoints sharded (dist-checkpointing) or on the GPU, fewer data-loader workers, fewer ranks per node "
+            "on the CPU path; a size of petabytes is a shape bug upstream of the allocation",
+        source="installed:torch/lib/libc10.so",
+        emitted=("RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                 "memory: you tried to allocate 4611686018427387904 bytes. Error code 12 (Cannot allocate memory)",),
+        confidence=0.85, versions="torch 2.x"),
+)
+
