@@ -85,3 +85,60 @@ def test_a_padded_lower_case_nan_loss_is_read():
             "iteration (ms): 637.6 | lm loss:          nan | loss scale: 1.0 | grad norm:    nan |")
     d = diagnose(["-"], stdin=io.BytesIO(line.encode()))
     assert "non-finite-loss" in d.cause_ids, d.cause_ids
+
+
+def test_a_rank_that_raised_is_named_above_the_peer_that_lost_it():
+    # rank 1 raised; rank 0's all_reduce lost its peer, exited at the same second, and torchrun named rank 0
+    for paths in ([GLOO / "raise-ranks"], [GLOO / "raise-ranks", GLOO / "raise-torchrun.log"]):
+        d = diagnose([str(p) for p in paths])
+        assert d.cause_ids[0] == "nccl-remote-error", (paths, d.cause_ids)
+        own = next(x for x in _finding(d, "nccl-remote-error").detail if x.startswith("rank(s) that raised"))
+        assert "rank 1: " in own and "custom failure in rank 1 data loader" in own and "rank 0" not in own, own
+        peer = next(x for x in _finding(d, "nccl-remote-error").detail if x.startswith("the connection to peer"))
+        assert "[127.0.0.1]:16592 was" in peer, peer  # the sentence's full stop is not the peer's
+    failed = _finding(d, "torchrun-rank-failed").detail
+    assert any(x.startswith("rank 0's error follows from another rank") and "rank 1: " in x for x in failed), failed
+    assert not any(x.startswith("other ranks' errors, most likely consequences") for x in failed), failed
+
+
+def test_a_gloo_timeout_names_the_rank_that_waited_and_the_one_that_did_not():
+    for paths in ([GLOO / "hang-ranks"], [GLOO / "hang-ranks", GLOO / "hang-torchrun.log"]):
+        d = diagnose([str(p) for p in paths])
+        assert d.symptom == "hang" and d.cause_ids[0] == "gloo-operation-timeout", (paths, d.cause_ids)
+        ranks = next(x for x in _finding(d, "gloo-operation-timeout").detail if x.startswith("rank(s) that timed out"))
+        assert ranks.startswith("rank(s) that timed out waiting: 0; rank(s) in the logs without a timeout or an "
+                                "error of their own: 1 "), ranks
+
+
+def test_gloos_lost_peer_as_the_installed_torch_prints_it(tmp_path):
+    script = tmp_path / "case.py"
+    script.write_text(
+        "import datetime, torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=20))\n"
+        "x = torch.ones(4)\n"
+        "dist.all_reduce(x)\n"
+        "if dist.get_rank() == 1:\n"
+        "    raise RuntimeError('custom failure in rank 1')\n"
+        "dist.all_reduce(x)\n")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--log-dir",
+                           str(tmp_path / "logs"), "--redirects", "3", str(script)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode != 0, done.stderr
+    d = diagnose([str(tmp_path / "logs")])
+    assert d.cause_ids[0] == "nccl-remote-error", (d.cause_ids, done.stderr[-2000:])
+    own = next(x for x in _finding(d, "nccl-remote-error").detail if x.startswith("rank(s) that raised"))
+    assert "rank 1: " in own and "custom failure in rank 1" in own, own
+
+
+def test_colour_codes_and_a_log_gzipped_twice_read_as_the_plain_log(tmp_path):
+    plain = (GLOO / "shape-detail-torchrun.log").read_text()
+    coloured = "".join(f"\x1b[1;31m{line}\x1b[0m\x1b]8;;https://x\x07\x1b]8;;\x07\n" for line in plain.splitlines())
+    (tmp_path / "colour.log").write_text(coloured)
+    (tmp_path / "twice.log.gz").write_bytes(gzip.compress(gzip.compress(plain.encode())))
+    want = diagnose([str(GLOO / "shape-detail-torchrun.log")])
+    for name in ("colour.log", "twice.log.gz"):
+        got = diagnose([str(tmp_path / name)])
+        assert got.cause_ids == want.cause_ids, (name, got.cause_ids)
+        assert [f.evidence for f in got.findings] == [[e.replace(str(GLOO / "shape-detail-torchrun.log"),
+                                                                 str(tmp_path / name)) for e in f.evidence]
+                                                      for f in want.findings], name

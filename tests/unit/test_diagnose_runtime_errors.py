@@ -139,7 +139,7 @@ def test_a_recorded_peer_exit_names_the_remote_error_and_the_root_cause_rank():
     text = detail(d.findings[0])
     assert "NCCL result ncclRemoteError (6), NCCL 2.28.9" in text
     assert "NCCL's last error: socketProgress: Connection closed by remote peer localhost<34454>" in text
-    assert re.search(r"the first rank to fail \(torchrun's Root Cause, \S+:55\): rank 1 \(local_rank: 1\) on localhost, "
+    assert re.search(r"the first rank to exit \(torchrun's Root Cause, \S+:55\): rank 1 \(local_rank: 1\) on localhost, "
                      r"exit code 3 \(pid: 643\)", text), text
 
 

@@ -3,7 +3,8 @@
 Contract
 --------
 Reads each text source once, as a stream (``sources.lines``): every line is tried against the signatures'
-patterns (one combined expression first, so a large log costs one search a line), fed to the iteration
+patterns (each searched only in the lines holding the literal text every match of it has,
+``Signature.matchers``: a large log costs a substring test a pattern a line), fed to the iteration
 reader (numerics) and kept, boundedly, when it looks like a failure. Crashes are read with the crash
 readers the launcher shares (``crashes.rank_crashes`` over the crash reports captured while streaming);
 faulthandler files, facts and watchdog events per ``base.run_files``; an out-of-memory message's numbers
@@ -98,8 +99,7 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
     def finding(sig_id: str) -> Finding:
         return findings.setdefault(sig_id, Finding(by_id[sig_id]))
 
-    patterned = [s for s in sigs if s.patterns]
-    combined = re.compile("|".join(f"(?:{p})" for s in patterned for p in s.patterns))
+    matchers = [(s.id, p, literal) for s in sigs for p, literal in s.matchers()]
     series = IterationSeries()
     raised = upstream_checks.RaisedErrors()
     missing_attrs = attribute_errors.AttributeErrors()
@@ -140,11 +140,13 @@ def diagnose(paths: list[str] | str, stdin: BinaryIO | None = None) -> Diagnosis
         captured: list[str] = []
         capture_left = 0
         for where, rank, text, raw in lines(src):
-            if hit := combined.search(text):
-                shown = text.strip() if len(text) <= 300 else "..." + text[max(0, hit.start() - 60):hit.start() + 240]
-                for s in patterned:
-                    if any(p.search(text) for p in s.compiled()):
-                        finding(s.id).add(f"{where}: {shown}")
+            hits = {sig_id: m.start() for sig_id, p, literal in matchers
+                    if (literal is None or literal in text) and (m := p.search(text))}
+            if hits:
+                at = min(hits.values())
+                shown = text.strip() if len(text) <= 300 else "..." + text[max(0, at - 60):at + 240]
+                for sig_id in hits:
+                    finding(sig_id).add(f"{where}: {shown}")
             series.feed(text, where)
             raised.feed(text, where)
             missing_attrs.feed(text, where)

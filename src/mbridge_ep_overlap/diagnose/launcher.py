@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from . import crashes
 from .iterations import IterationSeries
+from .runtime_errors import peer_lost
 from .report import Finding
 from .signatures import all_signatures
 from .signatures.launch import TEARDOWN
@@ -75,11 +76,14 @@ class LauncherLines:
         self.unresolved: dict[str, str] = {}
         self.lost: list[tuple[str, str, str]] = []  # where, remote, error
         self.ranks: dict[str, _RankErrors] = {}
+        self.seen_ranks: set[str] = set()
 
     def feed(self, text: str, where: str, rank: str | None = None) -> None:
         self.summary.feed(text, where)
         if rank is not None and (rank in self.ranks or len(self.ranks) < MAX_RANKS):
             self._rank_line(text.strip(), where, rank)
+        if rank is not None and len(self.seen_ranks) < MAX_RANKS:
+            self.seen_ranks.add(rank)
         if "***" in text and (m := _CANCEL.search(text)):
             _keep(self.cancels, (where, *m.groups("")))
         if ("oom" in text or "Out Of Memory" in text) and (m := _OOM_KILL.search(text)):
@@ -115,6 +119,7 @@ class LauncherLines:
     # ---- after reading -----------------------------------------------------------------------------------------
     def details(self, findings: dict[str, Finding], series: IterationSeries) -> None:
         self._torchrun(findings)
+        self._first_failure(findings)
         self._time_limit(findings, series)
         self._slurm(findings)
         self._store(findings)
@@ -199,11 +204,45 @@ class LauncherLines:
             out.append(f"no traceback of rank {root.rank} in the logs: it exited with code {root.exitcode} without "
                        "printing one (sys.exit), or its output is elsewhere (torchrun --log-dir / --tee 3 keeps each "
                        "rank's stderr; @record writes an error_file)")
+        own = [(r, e) for r, e in self._own_errors() if r != root.rank]
+        if errors and errors.error and _waited(errors.error) and own:
+            out.append(f"rank {root.rank}'s error follows from another rank (a lost peer, or a timeout waiting for "
+                       "one); the rank(s) that raised an error of their own, the likely first failure: "
+                       + "; ".join(f"rank {r}: {e}" for r, e in own[:3])
+                       + " - torchrun's Root Cause is the first exit it observed, not necessarily the first failure")
+            return out
         later = sorted((r for r, e in self.ranks.items() if r != root.rank and e.error), key=_int)
         if later:
             shown = "; ".join(f"rank {r}: {self.ranks[r].error}" for r in later[:3])
             out.append(f"other ranks' errors, most likely consequences of rank {root.rank}'s exit: {shown}")
         return out
+
+    def _own_errors(self) -> list[tuple[str, str]]:
+        """(rank, 'where: error') of the ranks whose last error is their own: not a lost peer, not a timeout waiting
+        for one."""
+        return sorted(((r, e.error) for r, e in self.ranks.items() if e.error and not _waited(e.error)),
+                      key=lambda x: _int(x[0]))
+
+    def _first_failure(self, findings: dict[str, Finding]) -> None:
+        """A lost peer or a timeout is the consequence of another rank: name the ranks that raised an error of
+        their own (the likely first failure), and of a timeout the ranks that waited and the ones seen not waiting."""
+        own = self._own_errors()
+        waited = sorted((r for r, e in self.ranks.items() if e.error and _waited(e.error)), key=_int)
+        for sig_id in _CONSEQUENCES:
+            f = findings.get(sig_id)
+            if f is None:
+                continue
+            if own:
+                f.detail.append("rank(s) that raised an error of their own, the likely first failure (the others' "
+                                "lost connections and timeouts follow from it): "
+                                + "; ".join(f"rank {r}: {e}" for r, e in own[:3]))
+            if sig_id != "nccl-remote-error" and waited:
+                seen = self.seen_ranks | {x.rank for x in self.summary.failures if x.rank}
+                quiet = sorted(seen - set(waited) - {r for r, _ in own}, key=_int)
+                f.detail.append(f"rank(s) that timed out waiting: {', '.join(waited[:16])}" + (
+                    f"; rank(s) in the logs without a timeout or an error of their own: {', '.join(quiet[:16])} - "
+                    "the likely ones that did not reach the call (their stacks at that time show where they were)"
+                    if quiet else ""))
 
     def _time_limit(self, findings: dict[str, Finding], series: IterationSeries) -> None:
         f = findings.get("slurm-time-limit")
@@ -285,11 +324,20 @@ class LauncherLines:
 
 
 _SIG = {s.id: s for s in all_signatures() if s.found_by == "launcher"}
+_BY_ID = {s.id: s for s in all_signatures()}
+_CONSEQUENCES = ("nccl-remote-error", "gloo-operation-timeout", "nccl-watchdog-timeout")
+"""Findings that are another rank's consequence: a lost peer, a timeout waiting for a peer."""
 
 
 def _keep(records: list, record) -> None:
     if len(records) < MAX_RECORDS and record not in records:
         records.append(record)
+
+
+def _waited(error: str) -> bool:
+    """Whether a rank's error says it lost a peer or timed out waiting for one: a consequence of another rank."""
+    return peer_lost(error) or any(p.search(error) for sig_id in _CONSEQUENCES if sig_id in _BY_ID
+                                   for p in _BY_ID[sig_id].compiled())
 
 
 def _int(rank: str) -> int:

@@ -12,7 +12,8 @@ Contract
 - torch's cuBLAS check ``CUDA error: CUBLAS_STATUS_XXX when calling `FN(...)```: the status and FN;
 - torch's ``NCCL error: MESSAGE, NCCL version X`` / ``NCCL error in: FILE:LINE, MESSAGE, ...`` (MESSAGE mapped to
   its ``ncclResult_t`` by ``ncclGetErrorString``'s text), torch's ``ncclXxx: DESCRIPTION`` line and the line
-  after ``Last error:``; NCCL's ``NCCL WARN`` lines: a socket closed or reset by the peer, ``Cuda failure [N]
+  after ``Last error:``; NCCL's ``NCCL WARN`` lines and gloo's errors: a socket closed or reset by the peer
+  (``peer_lost(text)`` tells whether a line says that), ``Cuda failure [N]
   'TEXT'``, and an InfiniBand completion ``NET/IB: Got completion from peer P with status=NAME(N)`` (NCCL
   2.28) or ``status=N`` (the GIN / older format: N read as its ``ibv_wc_status`` name);
 - torchrun's failure summary ``Root Cause (first observed failure)``: the rank, host, exit code and signal;
@@ -48,10 +49,12 @@ _SEARCH = re.compile(r"Search for `(?P<name>cudaError\w+)'")
 _NCCL = re.compile(r"\bNCCL error(?: in: (?P<at>[^\s,]+),|:) (?P<msg>.*?\S)(?:, NCCL version (?P<version>[\w.+-]+))?\s*$")
 _NCCL_NAME = re.compile(r"^\s*(?P<name>" + "|".join(NCCL_RESULTS) + r"): (?P<desc>\S.*)$")
 _LAST_ERROR = re.compile(r"^\s*Last error:\s*(?P<rest>.*)$")
-_PEER_GONE = re.compile(r"(?:(?:Read|Write) error (?P<before>\S+?):?\s+)?(?:Connection closed by remote peer|Connection reset "
-                        r"by peer)(?:\s+(?P<peer>[\w\[][^\s,)]*))?")
+_PEER_GONE = re.compile(r"(?:(?:Read|Write) error (?P<before>\S+?):?\s+)?(?:Connection closed by (?:remote )?peer|"
+                        r"Connection reset by peer)(?:\s+(?P<peer>[\w\[][^\s,)]*?))?\.?(?=\s|,|\)|$)")
 """NCCL's ``Connection closed by remote peer HOST<PORT>`` (the peer after), gloo's ``Read error [ADDR]:PORT: Connection
-reset by peer.`` (the peer before)."""
+reset by peer.`` (the peer before) and ``Connection closed by peer [ADDR]:PORT.`` (the peer after, the sentence's
+full stop not part of it)."""
+_PEER_WORDS = ("by remote peer", "reset by peer", "closed by peer")
 _CUDA_FAILURE = re.compile(r"Cuda failure (?:(?P<code>\d{1,4}) )?'(?P<msg>[^']+)'")
 _IB = re.compile(r"NET/IB(?:/GIN)?\s*: Got completion from peer (?P<peer>\S+) with (?:status=|error )"
                  r"(?:(?P<name>IBV_WC_\w+)\()?(?P<code>\d{1,4})")
@@ -88,6 +91,11 @@ class Frames:
     deepep: str = ""
     last: str = ""
     """The last Python frame of the traceback being read (file:line in fn)."""
+
+
+def peer_lost(text: str) -> bool:
+    """Whether the line says the connection to a peer was closed or reset by it (NCCL's socket, gloo's pair)."""
+    return any(w in text for w in _PEER_WORDS) and _PEER_GONE.search(text) is not None
 
 
 class RuntimeErrors:
@@ -188,7 +196,7 @@ class RuntimeErrors:
             code = int(m["code"])
             name = m["name"] or (IBV_WC_NAMES[code] if code < len(IBV_WC_NAMES) else f"ibv_wc_status {code}")
             self._keep(self.ib, (name,), where, text, name=name, code=code, peer=m["peer"])
-        if "by remote peer" in text or "reset by peer" in text:
+        if peer_lost(text):
             if m := _PEER_GONE.search(text):
                 peer = m["peer"] or m["before"] or ""
                 self._keep(self.peer_gone, (peer,), where, text, peer=peer,
@@ -334,8 +342,9 @@ def _findings(errors: RuntimeErrors, named) -> list[Finding]:
     _nccl(errors, named, finding, add)
     if remote := out.get("nccl-remote-error"):
         words = errors.root_words()
-        remote.detail.append(f"the first rank to fail (torchrun's Root Cause, {errors.root_where}): {words}; this "
-                             "rank's NCCL error follows from it, that rank's own log says why" if words
+        remote.detail.append(f"the first rank to exit (torchrun's Root Cause, {errors.root_where}): {words}; a lost "
+                             "peer is a consequence: that rank's own log says why, unless its error is the lost peer "
+                             "too (then the rank with an error of its own, named below when the logs show one)" if words
                              else "no torchrun Root Cause in the evidence: read every rank's log for the one that "
                                   "failed first")
     for seen in errors.ib.values():

@@ -5,9 +5,11 @@ Contract
 ``collect(paths, stdin)`` sorts every file under the paths into the evidence kinds ``base.run_files``
 names (facts, watchdog events, faulthandler logs, flight-recorder dumps) and plain text logs (anything
 else that is not binary: MB logs, Slurm output, torchrun per-rank ``attempt_N/R/std{out,err}.log``), a
-gzip-compressed one (file or paste) read through its decompression.
+gzip-compressed one (file or paste) read through its decompression (a log compressed twice, as a
+gzipped Slurm output gzipped again by an upload, through both; at most ``MAX_GZIP_LAYERS``).
 ``lines(source)`` streams a text source as (file:line, rank, text) with the torchrun / srun prefix
-taken off; of a line longer than ``MAX_LINE`` bytes the first and the last ``MAX_LINE`` are kept, the
+taken off and terminal colour and cursor codes (ANSI escape sequences: a coloured console, ``rich``
+tracebacks) removed from text and raw alike; of a line longer than ``MAX_LINE`` bytes the first and the last ``MAX_LINE`` are kept, the
 middle is skipped, never held. ``Held`` / ``join``: how a reader keeps back a line whose message a log or a paste
 wrapped onto the next one, and reads the two as one (each reader decides which lines it holds and which go on).
 Refused (``UsageError``, exit 2): a path that does not exist or cannot be read, and paths that hold no
@@ -30,6 +32,10 @@ from ..base import run_files
 from ..base.errors import UsageError
 
 MAX_LINE = 8192
+MAX_GZIP_LAYERS = 3
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+"""An ANSI escape sequence: CSI (colours, cursor moves: ``ESC [ 1;31 m``), OSC (a window title or a hyperlink,
+ended by BEL or ``ESC \\``) or a two-byte one."""
 _GZIP_MAGIC = b"\x1f\x8b"
 _PROBE = 8192
 _PREFIX = re.compile(r"^(?:\[(?:default|rank)(\d+)\]:\s?|\s*(\d+): (?:\[(?:default|rank)\d+\]:\s?)?)")
@@ -67,7 +73,13 @@ class Held:
 
 class _Gunzip(gzip.GzipFile):
     """A gzip stream read to where it is intact: a truncated or damaged end reads as the end of the text (a log
-    cut off by a full disk or a killed job), never as an error."""
+    cut off by a full disk or a killed job), never as an error. Closing it closes the stream it reads."""
+
+    def close(self) -> None:
+        inner = self.fileobj
+        super().close()
+        if inner is not None:
+            inner.close()
 
     def read(self, size: int = -1) -> bytes:
         try:
@@ -91,13 +103,16 @@ class TextSource:
     """From the torchrun per-rank folder or the evidence file name; else from each line's prefix."""
 
     def open(self) -> BinaryIO:
-        """The text's bytes; a gzip-compressed file or paste (by its magic bytes) decompressed as it is read."""
-        raw: BinaryIO = io.BytesIO(self.data) if self.data is not None else open(self.path, "rb")
-        if raw.read(2) == _GZIP_MAGIC:
-            raw.seek(0)
-            return _Gunzip(fileobj=raw, mode="rb")  # type: ignore[return-value]
-        raw.seek(0)
-        return raw
+        """The text's bytes; a gzip-compressed file or paste (by its magic bytes) decompressed as it is read, as
+        many layers as it has (up to ``MAX_GZIP_LAYERS``; a deeper one is read as the bytes it is)."""
+        stream: BinaryIO = io.BytesIO(self.data) if self.data is not None else open(self.path, "rb")
+        for _ in range(MAX_GZIP_LAYERS):
+            head = stream.read(2)
+            stream.seek(0)
+            if head != _GZIP_MAGIC:
+                break
+            stream = _Gunzip(fileobj=stream, mode="rb")  # type: ignore[assignment]
+        return stream
 
 
 @dataclass
@@ -212,6 +227,8 @@ def lines(src: TextSource) -> Iterator[tuple[str, str | None, str, str]]:
                 if tail:
                     chunk = chunk + b" ... " + tail
             raw = chunk.decode("utf-8", errors="replace").rstrip("\r\n")
+            if "\x1b" in raw:
+                raw = _ANSI.sub("", raw)
             rank = src.rank
             if m := _PREFIX.match(raw):
                 rank = rank or m.group(1) or m.group(2)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from re import _constants as _sre  # the parser's opcodes (Python 3.12)
+from re import _parser as _sre_parse
 from typing import Callable
 
 # The symptom classes, in the order the report and the troubleshooting page list them.
@@ -127,8 +129,53 @@ class Signature:
     def compiled(self) -> tuple[re.Pattern, ...]:
         return _compiled(self.patterns)
 
+    def matchers(self) -> tuple[tuple[re.Pattern, str | None], ...]:
+        """Each pattern with a literal text every match of it contains (``required_literal``), or None: a line
+        without that text cannot match, so a reader may skip the search."""
+        return tuple((p, required_literal(p)) for p in self.compiled())
+
 
 _CACHE: dict[tuple[str, ...], tuple[re.Pattern, ...]] = {}
+
+
+MIN_LITERAL = 3
+_LITERALS: dict[str, str | None] = {}
+_ZERO_WIDTH = (_sre.AT, _sre.ASSERT, _sre.ASSERT_NOT)
+_REPEATS = (_sre.MAX_REPEAT, _sre.MIN_REPEAT, _sre.POSSESSIVE_REPEAT)
+
+
+def required_literal(pattern: re.Pattern) -> str | None:
+    """The longest run of literal characters that every match of the pattern contains (at least ``MIN_LITERAL``
+    of them), read from the pattern's parse tree: literals in sequence at the top level, inside groups and in
+    the first, required turn of a repeat; zero-width items (anchors, look-arounds) keep a run going, anything
+    else ends it. None for a case-insensitive pattern, a top-level alternation with no such run, or a parse
+    this does not read."""
+    if pattern.pattern not in _LITERALS:
+        try:
+            runs = [] if pattern.flags & re.IGNORECASE else _runs(_sre_parse.parse(pattern.pattern, pattern.flags))
+        except Exception:  # noqa: BLE001 - a parse this reader does not know: search every line
+            runs = []
+        best = max(runs, key=len, default="")
+        _LITERALS[pattern.pattern] = best if len(best) >= MIN_LITERAL else None
+    return _LITERALS[pattern.pattern]
+
+
+def _runs(seq) -> list[str]:
+    out, cur = [], []
+    for op, av in seq:
+        if op is _sre.LITERAL:
+            cur.append(chr(av))
+            continue
+        if op in _ZERO_WIDTH:
+            continue
+        out.append("".join(cur))
+        cur = []
+        if op is _sre.SUBPATTERN and not (av[1] & re.IGNORECASE):
+            out += _runs(av[3])
+        elif op in _REPEATS and av[0] >= 1:
+            out += _runs(av[2])
+    out.append("".join(cur))
+    return out
 
 
 def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern, ...]:

@@ -178,7 +178,7 @@ TE_USERBUFFERS_MULTICAST_REFUSED = Signature(
 
 TE_USERBUFFERS_NOT_INITIALIZED = Signature(
     id="te-userbuffers-not-initialized", symptom="config-error",
-    patterns=(r"\b(?i:UB[ _]manager (?:is )?not initiali[sz]ed)",),
+    patterns=(r"\b(?i:UB[ _]manager (?:is )?)not initiali[sz]ed",),
     cause="A Transformer Engine layer built for TP communication overlap (ub_overlap_*: Megatron's tp_comm_overlap, "
           "NeMo's ub_tp_comm_overlap) asked for its userbuffers communicator, but TE's initialize_ub never created "
           "them: overlap was switched on in the layers without the initialisation that allocates the buffers "

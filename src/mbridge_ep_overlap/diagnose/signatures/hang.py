@@ -146,6 +146,20 @@ SIGNATURES += (
         emitted=("[rank0]: RuntimeError: [Rank 0]: Ranks 1 failed to pass monitoredBarrier in 10000 ms",),
         confidence=0.8, versions="torch 2.x (gloo)"),
     Signature(
+        id="gloo-operation-timeout", symptom="hang",
+        patterns=(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>recv|send) operation to complete",),
+        cause="A gloo collective (or send / recv) waited past the process group's timeout for a peer's data: the "
+              "peer was alive but did not take part - stuck in an earlier call, or on a code path that skipped this "
+              "one (the ranks diverged). The rank that prints it is the one that waited, not the one that diverged.",
+        fix="find where the other ranks were: rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL (its monitored barrier "
+            "names the ranks that did not arrive) or dump each rank's stacks at the timeout "
+            "(faulthandler.dump_traceback_later, py-spy dump; this library's run folders keep both); a rank not "
+            "waiting in the same call is the one that diverged",
+        source=_C10D_SO,
+        emitted=("[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
+                 "Timed out waiting 10000ms for recv operation to complete",),
+        confidence=0.7, versions="torch 2.x (gloo)"),
+    Signature(
         id="collective-mismatch", symptom="config-error",
         patterns=(r"Detected mismatch between collectives on ranks",
                   r"Received data size doesn't match expected size\. Is there a distributed collective mismatch"),
