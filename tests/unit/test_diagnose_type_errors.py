@@ -363,3 +363,26 @@ def test_takes_no_arguments_fits_only_a_signature_that_takes_some():
     assert takes is True and "another version" in words
     none, words = call_signatures.fits(_found("def __init__(self): pass", method=True), call)
     assert none is False and "takes none either" in words
+
+
+def test_a_keyword_one_package_passes_to_its_own_function_is_compared_with_the_installed_caller():
+    # the run's Megatron-Core passed padding_mask to its own tensor_parallel.checkpoint(), which takes no such keyword;
+    # the installed 0.19.2 binds it in functools.partial around the MLP instead (a bug of the run's release, fixed here)
+    log = ('  File "/opt/megatron-lm/megatron/core/transformer/transformer_layer.py", line 674, in _forward_mlp\n'
+           "[default0]:[rank0]:     mlp_output_with_bias = tensor_parallel.checkpoint(\n"
+           "[default0]:[rank0]: TypeError: checkpoint() got an unexpected keyword argument 'padding_mask'\n")
+    d = diagnose(["-"], stdin=io.BytesIO(log.encode()))
+    assert d.cause_ids[0] == "type-error-within:megatron:checkpoint:padding_mask", d.cause_ids
+    f = d.findings[0]
+    assert "no longer passes it there" in f.signature.cause
+    assert any("transformer_layer.py:896" in x and "binds padding_mask in functools.partial" in x for x in f.detail), f.detail
+    assert any("megatron/core/tensor_parallel/random.py:" in x and "has no parameter padding_mask" in x for x in f.detail)
+    # a keyword the installed caller does not pass and the callee takes: nothing within the package is named
+    taken = log.replace("'padding_mask'", "'distribute_saved_activations'")
+    assert not any(i.startswith("type-error-within") for i in diagnose(["-"], stdin=io.BytesIO(taken.encode())).cause_ids)
+
+
+def test_the_within_package_row_is_registered():
+    from mbridge_ep_overlap.diagnose.signatures.install import TYPE_ERROR_WITHIN_PACKAGE
+    assert TYPE_ERROR_WITHIN_PACKAGE in all_signatures()
+    assert TYPE_ERROR_WITHIN_PACKAGE.confidence == type_errors.WITHIN_FIXED_CONFIDENCE

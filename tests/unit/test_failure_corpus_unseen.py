@@ -6,14 +6,14 @@ from: ``failure_reports_unseen/`` (collected 2026-12-01), then ``failure_reports
 ``failure_reports_unseen3/``, ``failure_reports_unseen4/``, ``failure_reports_unseen5/`` and
 ``failure_reports_unseen6/`` (collected 2026-12-02), ``failure_reports_unseen7/``, ``failure_reports_unseen8/`` and
 ``failure_reports_unseen9/`` (collected 2026-12-03), ``failure_reports_unseen10/`` to
-``failure_reports_unseen15/`` (collected 2026-12-04). These tests check
+``failure_reports_unseen15/`` (collected 2026-12-04), ``failure_reports_unseen16/`` (collected 2026-12-05). These tests check
 only the data: every file has exactly the corpus keys with the corpus types, is marked ``split: "unseen"``,
 points at the upstream thread its id names, repeats no report (id or thread) of the main corpus or of an
 earlier unseen set, and is listed in its folder's README table with the same class and recognisability;
 the second, third and fourth sets' ``labels.tsv`` list every report with the same recognisability, what
 ``diagnose`` named when the set was first run (``diagnose_before``: for the second set, before the frame
 and native-check readers; for the third, before the Transformer Engine, NVSHMEM and build signatures
-written from it; for the fourth to the fifteenth, blind, before anything was changed after reading them), what it names now
+written from it; for the fourth to the sixteenth, blind, before anything was changed after reading them), what it names now
 (``diagnose_after``: compared with ``diagnose`` run on the
 report's log here, so the column cannot go stale) and whether that top cause names the maintainers'
 cause (``hit``: yes / partial / no, a judgement). Only the tests of that column run ``diagnose``.
@@ -46,15 +46,16 @@ UNSEEN_SETS = {
     "unseen13": FIXTURES / "failure_reports_unseen13",
     "unseen14": FIXTURES / "failure_reports_unseen14",
     "unseen15": FIXTURES / "failure_reports_unseen15",
+    "unseen16": FIXTURES / "failure_reports_unseen16",
 }
 MINIMUM_REPORTS = {"unseen": 15, "unseen2": 16, "unseen3": 18, "unseen4": 20, "unseen5": 20, "unseen6": 20, "unseen7": 20, "unseen8": 20,
                    "unseen9": 20, "unseen10": 20, "unseen11": 20, "unseen12": 20, "unseen13": 20, "unseen14": 20,
-                   "unseen15": 14}
+                   "unseen15": 14, "unseen16": 17}
 LABELLED_SETS = ("unseen2", "unseen3", "unseen4", "unseen5", "unseen6", "unseen7", "unseen8", "unseen9", "unseen10",
-                 "unseen11", "unseen12", "unseen13", "unseen14", "unseen15")
+                 "unseen11", "unseen12", "unseen13", "unseen14", "unseen15", "unseen16")
 """The sets whose ``labels.tsv`` has the before / after / hit columns."""
 BLIND_SETS = ("unseen4", "unseen5", "unseen6", "unseen7", "unseen8", "unseen9", "unseen10", "unseen11", "unseen12", "unseen13",
-              "unseen14", "unseen15")
+              "unseen14", "unseen15", "unseen16")
 """The sets whose before column was measured blind; their ``labels.tsv`` adds ``hit_before``."""
 
 KEYS = (

@@ -12,7 +12,9 @@ the function (a method of the class the message names, or the ``__init__`` of a 
 modules given, or in the module one of them imports it from (``MAX_HOPS``), as ``Found`` (the module, its file below the
 site directory, the line, the signature as written, the distribution and its version). ``fits(found, call)``: what the
 installed signature says of the call: whether it takes the keyword, how many positional arguments it takes, which of
-the missing ones it requires. Nothing is imported; a source that cannot be read is skipped; never raises.
+the missing ones it requires. ``calls_in(dotted, function, callee)``: the calls of ``callee`` (by its own name) in the
+installed def(s) of ``function`` in that module, each with the keywords it passes and those it binds in a
+``functools.partial`` argument. Nothing is imported; a source that cannot be read is skipped; never raises.
 """
 
 from __future__ import annotations
@@ -209,3 +211,35 @@ def fits(found: Found, call: Call) -> tuple[bool | None, str]:
         return accepts, (f"{at} takes arguments: the run's copy is another version than the one installed here" if accepts
                          else f"{at} takes none either: the calling code was written for another version")
     return None, at
+
+
+@dataclass(frozen=True)
+class CallSite:
+    rel: str
+    line: int
+    code: str
+    """The call's first source line, stripped."""
+    keywords: tuple[str, ...]
+    """The keywords it passes by name."""
+    bound: tuple[str, ...] = ()
+    """The keywords bound in a ``functools.partial(...)`` among its arguments (passed to that function instead)."""
+
+
+def calls_in(dotted: str, function: str, callee: str) -> list[CallSite]:
+    tree, loc = _tree(dotted)
+    if tree is None:
+        return []
+    lines = (loc.path.read_text(errors="replace").splitlines() if loc.path else [])
+    out = []
+    for fn, _ in foreign_attributes._functions(tree, function):
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call) and _name(node.func) == callee:
+                bound = [k.arg for a in node.args if isinstance(a, ast.Call) and _name(a.func) == "partial"
+                         for k in a.keywords if k.arg]
+                code = lines[node.lineno - 1].strip() if 0 < node.lineno <= len(lines) else ast.unparse(node)[:200]
+                out.append(CallSite(loc.rel, node.lineno, code, tuple(k.arg for k in node.keywords if k.arg), tuple(bound)))
+    return out
+
+
+def _name(func: ast.AST) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""

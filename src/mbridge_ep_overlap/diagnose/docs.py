@@ -16,7 +16,7 @@ named now, computed, and the judged hit) and on the third (``failure_reports_uns
 the Transformer Engine, NVSHMEM and build signatures written from it) and on the fourth (``failure_reports_unseen4``,
 *before* measured blind, with its judged hit in a ``hit_before`` column), the fifth and the sixth
 (``failure_reports_unseen5``,
-``failure_reports_unseen6`` to ``failure_reports_unseen15``, the same). A corpus label ``upstream-check:FILE``
+``failure_reports_unseen6`` to ``failure_reports_unseen16``, the same). A corpus label ``upstream-check:FILE``
 is met by the general upstream-check finding for a check in FILE (``upstream-check:FILE:LINE``: the line
 follows the installed version). The corpus folder is found beside this checkout
 (``tests/unit/fixtures/failure_reports``, labels in ``tests/unit/fixtures/corpus_causes.tsv``) or given.
@@ -43,8 +43,8 @@ FIXTURES = REPO / "tests" / "unit" / "fixtures"
 """Where each labelled set lives: ``failure_reports_<name>`` (``LABELLED_SETS``)."""
 READ_FROM = "2026-12-02"
 """From this date on the developer has read the holdout and every unseen set: their rates are no longer blind
-(unseen4's to unseen15's *before* columns are: each was measured before its set was read; unseen7 to unseen9 were
-read from 2026-12-03, unseen10 to unseen15 from 2026-12-04)."""
+(unseen4's to unseen16's *before* columns are: each was measured before its set was read; unseen7 to unseen9 were
+read from 2026-12-03, unseen10 to unseen15 from 2026-12-04, unseen16 from 2026-12-05)."""
 HEADER = ("<!-- Generated from the code by `python -m mbridge_ep_overlap.tools.gen_docs --write`: "
           "do not edit by hand. -->\n\n")
 
@@ -234,6 +234,12 @@ LABELLED_SETS = {
                             "checkpoint format and Transformer Engine's userbuffers without CUDA multicast were read, "
                             "written from this set's misses",
                             blind=True, read_from="2026-12-04"),
+    "unseen16": LabelledSet("unseen16", "Sixteenth set collected apart from the signatures",
+                            "blind, on main 7578de6 (after the readers written from the fifteenth set and the CPU gloo "
+                            "recordings), before the set was read; then a keyword one package passes to its own function, "
+                            "compared with the installed version of the calling function, was read, written from this "
+                            "set's miss",
+                            blind=True, read_from="2026-12-05"),
 }
 
 

@@ -19,7 +19,11 @@ Contract
   files share (one package when that folder is a package here; a file right in the shared folder is a script); for A
   only, else the file's own folder.
 
-No other package (a TypeError inside one package, or only a script's frames): no finding. Else one
+Inside one package (its code passes an unexpected keyword to its own installed function, which has no such parameter): a
+``type-error-within:A:FUNCTION:KEYWORD`` finding from the ``TYPE_ERROR_WITHIN_PACKAGE`` row when the installed version of
+the calling function (the frame's def, ``call_signatures.calls_in``) calls that function: no longer with the keyword (the
+run's release has a bug fixed here; ``WITHIN_FIXED_CONFIDENCE``) or with it too (``WITHIN_SAME_CONFIDENCE``); else,
+and with only a script's frames, no finding. Else one
 ``type-error:A:B:FUNCTION`` finding from the ``TYPE_ERROR_ACROSS_PACKAGES`` row (``signatures.install``): both frames
 (file:line and the line printed), the cause "A's code was written for a version of B whose FUNCTION had another
 signature or argument layout", and, when the function the message names is in the source installed here
@@ -41,12 +45,16 @@ from dataclasses import dataclass, field
 from . import call_signatures, installed_modules
 from .import_errors import _frame_words
 from .report import Finding
-from .signatures.install import TYPE_ERROR_ACROSS_PACKAGES
+from .signatures.install import TYPE_ERROR_ACROSS_PACKAGES, TYPE_ERROR_WITHIN_PACKAGE
 from .traceback_frames import Frames, named_findings
 from .upstream_checks import PREFIX
 
 CONFIDENCE = 0.45
 NAMED_CONFIDENCE = 0.4
+WITHIN_FIXED_CONFIDENCE = 0.6
+"""One package's call the installed release no longer makes: the run's release has a bug fixed here."""
+WITHIN_SAME_CONFIDENCE = 0.5
+SHOWN_SITES = 3
 MAX_ERRORS = 8
 MESSAGE = re.compile(r"(?:^|[\s:])(?:[\w.]+\.)?TypeError: (?P<message>.+?)\s*$")
 OTHER_END = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)(?::|$)")
@@ -176,7 +184,7 @@ def _named(e: TypeErrorLine):
         b = (found.module.split(".")[0] if found else "") or _called_package(frame, call)
         sure = NAMED_CONFIDENCE
         if not b or b == a:
-            return None
+            return _within(e, frame, call, found, a) if b == a else None
     function = call.function if call else ""
     detail = [f"{a}'s frame (the innermost that chose the arguments): {_frame_words(frame)}"]
     detail.append(f"{b}'s frame (its caller): {_frame_words(caller)}" if caller else
@@ -201,6 +209,44 @@ def _named(e: TypeErrorLine):
                               cause=cause + ".", fix=fix, confidence=sure,
                               source=f"installed:{found.rel}" if found else TYPE_ERROR_ACROSS_PACKAGES.source,
                               versions=", ".join(f"{v}" for v in here.values() if v) or TYPE_ERROR_ACROSS_PACKAGES.versions)
+    return sig, detail
+
+
+def _within(e: TypeErrorLine, frame, call, found, package: str):
+    """A keyword the run's code of one package passes to its own function, which takes none such, compared with the
+    installed version of the calling function: no longer passed there (fixed in the installed release), or passed
+    there too (the installed release has the same call)."""
+    if call is None or call.kind != "keyword" or found is None or call_signatures.fits(found, call)[0] is not False:
+        return None
+    module = call_signatures.module_of(frame[0])
+    sites = call_signatures.calls_in(module, frame[2], call.name) if module else []
+    if not sites:
+        return None
+    version = found.version
+    passing = [c for c in sites if call.keyword in c.keywords]
+    detail = [f"the run's frame (the call): {_frame_words(frame)}",
+              f"the installed {found.version}'s {found.signature} ({found.where}) has no parameter {call.keyword}"]
+    detail += [f"the installed {frame[2]}() calls {call.name}() at {c.rel}:{c.line}: `{c.code}`"
+               + (f" (passes {call.keyword})" if call.keyword in c.keywords else
+                  f" (binds {call.keyword} in functools.partial, passed to that function instead)" if call.keyword in c.bound
+                  else f" (without {call.keyword})") for c in sites[:SHOWN_SITES]]
+    if passing:
+        cause = (f"TypeError inside {package}: its {frame[2]}() passes {call.keyword} to its own {call.name}(), which "
+                 f"takes no such parameter, and the installed {version} makes the same call: a bug of {package} "
+                 "this release has too")
+        fix = (f"do not pass {call.keyword} on this path (the setting that takes it there; a later {package} release "
+               f"may fix the call), or bind it where {call.name}() does not see it (functools.partial)")
+        sure = WITHIN_SAME_CONFIDENCE
+    else:
+        cause = (f"TypeError inside {package}: the run's {package} passes {call.keyword} to its own {call.name}() in "
+                 f"{frame[2]}(), which takes no such parameter - a bug of the run's release; the installed {version}'s "
+                 f"{frame[2]}() no longer passes it there, so the release installed here has the fix")
+        fix = (f"upgrade to {version} (the release installed here) or another that no longer makes this call, or "
+               f"turn off the setting that takes this path ({frame[2]}() calling {call.name}()) until then")
+        sure = WITHIN_FIXED_CONFIDENCE
+    sig = dataclasses.replace(TYPE_ERROR_WITHIN_PACKAGE, id=f"{TYPE_ERROR_WITHIN_PACKAGE.id}:{package}:{call.name}:{call.keyword}",
+                              cause=cause + ".", fix=fix, confidence=sure, source=f"installed:{sites[0].rel}",
+                              versions=version)
     return sig, detail
 
 

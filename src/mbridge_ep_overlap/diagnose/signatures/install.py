@@ -311,7 +311,19 @@ TYPE_ERROR_ACROSS_PACKAGES = Signature(
     versions="45% with both packages' frames in the traceback, 40% with B known from the function the message names; "
              "a TypeError inside one package is not named")
 
-SIGNATURES += (TYPE_ERROR_ACROSS_PACKAGES,)
+TYPE_ERROR_WITHIN_PACKAGE = Signature(
+    id="type-error-within", symptom="install", patterns=(),
+    cause="'F() got an unexpected keyword argument K' raised inside one package: its own code passes K to its own "
+          "function F, whose installed signature has no such parameter. The installed version of the calling "
+          "function says which: it no longer passes K to F (the run's release has a bug the installed one fixed), or "
+          "it makes the same call (the installed release has the bug too).",
+    fix="upgrade to the release that no longer makes the call (the installed one, where it does not), or avoid the "
+        "setting that takes that path; where the installed release makes the same call, bind K where F does not see "
+        "it (functools.partial)",
+    source="installed:mbridge_ep_overlap/diagnose/type_errors.py", emitted=(), confidence=0.6, found_by="type-error",
+    versions="60% where the installed release no longer makes the call, 50% where it makes it too")
+
+SIGNATURES += (TYPE_ERROR_ACROSS_PACKAGES, TYPE_ERROR_WITHIN_PACKAGE)
 
 UNEXPECTED_KEYWORD_PASSED_UPSTREAM = Signature(
     id="passed-keyword", symptom="install", patterns=(),
